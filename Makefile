@@ -1,0 +1,91 @@
+# ilpd - build, test, run.
+#   make            build ./ilpd (CUDA backend too when nvcc is found; CUDA=0 to skip it)
+#   make test       build and run every test (SANITIZE=1: ASan+UBSan build)
+#   make run        install what is missing, build, serve the default model on 127.0.0.1:8080
+#   make bench      speed benchmarks (see README)
+
+CC       ?= gcc
+PYTHON   ?= /usr/bin/python3
+SANITIZE ?= 0
+CUDA     ?= auto
+MODEL    ?= models/ilpd-demo-F16.gguf
+PORT     ?= 8080
+HOST     ?= 127.0.0.1
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+
+WARN     := -Wall -Wextra -Werror
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Iengine -Ikernels -Iprobe -Iserver
+LIBS     := -lm -lpcre2-8 -lcjson -lmicrohttpd -lb64 -lcrypto -pthread
+
+ifeq ($(SANITIZE),1)
+  BUILD  := build/san
+  CFLAGS := $(CFLAGS_BASE) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDFLAGS_SAN := -fsanitize=address,undefined
+  BIN    := $(BUILD)/ilpd
+else
+  BUILD  := build/rel
+  CFLAGS := $(CFLAGS_BASE) -O3 -g
+  LDFLAGS_SAN :=
+  BIN    := ilpd
+endif
+
+# CUDA backend: built when nvcc exists unless CUDA=0.
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(CUDA),0)
+  NVCC :=
+endif
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRCS),)
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  CFLAGS    += -DILPD_CUDA=1
+  CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRCS))
+  LIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+  NVCCFLAGS := -O3 -std=c++17 -Iengine -Ikernels -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+               -Xcompiler -Wall,-Wextra,-Werror
+endif
+endif
+
+SRCS := $(wildcard engine/*.c kernels/*.c kernels/cpu/*.c probe/*.c server/*.c)
+OBJS := $(patsubst %.c,$(BUILD)/%.o,$(SRCS)) $(CUDA_OBJS)
+# Everything but the program's entry point, for the C unit tests to link.
+LIB_OBJS := $(filter-out $(BUILD)/server/main.o,$(OBJS))
+UNIT_SRCS := $(wildcard tests/unit/*.c)
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+DEPS := $(OBJS:.o=.d) $(UNIT_BINS:=.d)
+
+.PHONY: all test run bench fuzz install deps clean
+all: $(BIN)
+
+$(BIN): $(OBJS)
+	$(CC) $(LDFLAGS_SAN) -o $@ $^ $(LIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -MMD -MP -o $@ $< $(LIB_OBJS) $(LIBS)
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+-include $(DEPS)
+
+# Installs the Debian packages the build, the tests and `make run` need
+# (only those missing; needs root or sudo).
+deps:
+	@scripts/install-deps.sh
+
+test: deps $(BIN) $(UNIT_BINS)
+	@ILPD=$(abspath $(BIN)) UNIT_DIR=$(abspath $(BUILD)/tests) SANITIZE=$(SANITIZE) PYTHON=$(PYTHON) tests/run.sh $(T)
+
+run: deps $(BIN)
+	./$(BIN) serve -m $(MODEL) --host $(HOST) --port $(PORT)
+
+clean:
+	rm -rf build ilpd

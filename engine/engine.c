@@ -1,0 +1,379 @@
+/* engine.c - model + tokenizer + template + backend, and the generate loop. */
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "backend.h"
+#include "chat.h"
+#include "gguf.h"
+#include "log.h"
+#include "model.h"
+#include "sampler.h"
+#include "textout.h"
+#include "tokenizer.h"
+
+#define PIECE_MAX 1024 /* bytes of one token's text; longer pieces are cut */
+
+struct engine {
+    gguf_file *gguf;
+    tok_vocab *vocab;
+    kb_backend *kb;
+    model model;
+    chat_family family;
+    kb_kv_type kv_type;
+    engine_info info;
+    char *name;
+    char bos_text[64], eos_text[64];
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Copies the text of token ID (or "") into BUF of N bytes. */
+static void token_text_copy(const tok_vocab *v, int32_t id, char *buf, size_t n) {
+    size_t len = 0;
+    const char *t = id >= 0 ? tok_text(v, id, &len) : NULL;
+    if (!t || len >= n) len = 0;
+    memcpy(buf, t ? t : "", len);
+    buf[len] = 0;
+}
+
+static kb_backend *backend_create(const engine_params *p, char *err, size_t errlen) {
+    char cuda_err[256] = "";
+    if (p->device != ENGINE_DEVICE_CPU) {
+        kb_backend *kb = kb_cuda_create(0, cuda_err, sizeof cuda_err);
+        if (kb) {
+            log_msg(LOG_INFO, "backend", "using %s", kb->name);
+            return kb;
+        }
+        if (p->device == ENGINE_DEVICE_CUDA) {
+            snprintf(err, errlen, "--device cuda: %s", cuda_err);
+            return NULL;
+        }
+        log_msg(LOG_INFO, "backend", "no usable GPU (%s); using the CPU", cuda_err);
+    }
+    kb_backend *kb = kb_cpu_create(p->n_threads);
+    if (!kb) snprintf(err, errlen, "cannot create the CPU backend (out of memory or threads)");
+    return kb;
+}
+
+engine *engine_open(const engine_params *p, char *err, size_t errlen) {
+    engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "%s: out of memory", p->model_path);
+        return NULL;
+    }
+    e->gguf = gguf_open(p->model_path, err, errlen);
+    if (!e->gguf) goto fail;
+    e->kb = backend_create(p, err, errlen);
+    if (!e->kb) goto fail;
+    if (model_load(&e->model, e->gguf, e->kb, err, errlen)) goto fail;
+    e->vocab = tok_vocab_load(e->gguf, err, errlen);
+    if (!e->vocab) goto fail;
+    if (tok_n_vocab(e->vocab) > e->model.n_vocab) {
+        snprintf(err, errlen, "%s: the tokenizer has %d tokens but the embedding only %d rows", p->model_path,
+                 tok_n_vocab(e->vocab), e->model.n_vocab);
+        goto fail;
+    }
+    char *tmpl = gguf_kv_get_str(e->gguf, "tokenizer.chat_template");
+    e->family = chat_family_detect(tmpl);
+    free(tmpl);
+    if (p->chat_template && *p->chat_template) {
+        int f = chat_family_parse(p->chat_template);
+        if (f < 0) {
+            snprintf(err, errlen, "unknown chat template '%s' (llama2, llama3, chatml, zephyr, plain)", p->chat_template);
+            goto fail;
+        }
+        e->family = (chat_family)f;
+    }
+    token_text_copy(e->vocab, tok_bos(e->vocab), e->bos_text, sizeof e->bos_text);
+    token_text_copy(e->vocab, tok_eos(e->vocab), e->eos_text, sizeof e->eos_text);
+    e->kv_type = p->kv_f16 ? KB_KV_F16 : KB_KV_F32;
+
+    engine_info *in = &e->info;
+    e->name = gguf_kv_get_str(e->gguf, "general.name");
+    if (!e->name || !*e->name) {
+        free(e->name);
+        const char *base = strrchr(p->model_path, '/');
+        e->name = strdup(base ? base + 1 : p->model_path);
+        if (!e->name) goto oom;
+        char *dot = strrchr(e->name, '.');
+        if (dot && !strcmp(dot, ".gguf")) *dot = 0;
+    }
+    const model *m = &e->model;
+    in->name = e->name;
+    in->path = e->gguf->path;
+    in->arch = m->arch;
+    in->template_family = chat_family_name(e->family);
+    in->device_name = e->kb->name;
+    struct stat st;
+    in->created_at = stat(p->model_path, &st) == 0 ? (long long)st.st_mtime : 0;
+    in->n_layers = m->n_layers;
+    in->n_ctx_train = m->n_ctx_train;
+    in->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->n_ctx_train;
+    in->n_vocab = m->n_vocab;
+    in->dim = m->dim;
+    in->n_heads = m->n_heads;
+    in->n_kv_heads = m->n_kv_heads;
+    in->head_dim = m->head_dim;
+    in->ffn_dim = m->ffn_dim;
+    in->weight_bytes = m->weights_bytes;
+    for (int l = 0; l < m->n_layers; l++) in->layer_bytes[l] = m->layers[l].bytes;
+    return e;
+oom:
+    snprintf(err, errlen, "%s: out of memory", p->model_path);
+fail:
+    engine_close(e);
+    return NULL;
+}
+
+void engine_close(engine *e) {
+    if (!e) return;
+    if (e->kb) {
+        model_free(&e->model, e->kb);
+        e->kb->destroy(e->kb);
+    }
+    tok_vocab_free(e->vocab);
+    gguf_close(e->gguf);
+    free(e->name);
+    free(e);
+}
+
+const engine_info *engine_get_info(const engine *e) { return &e->info; }
+
+int engine_tokenize(const engine *e, const char *text, int parse_special, int32_t **tokens) {
+    size_t len = strlen(text);
+    int cap = (int)(len < 1000000 ? len : 1000000) + 8;
+    *tokens = NULL;
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *buf = malloc((size_t)cap * sizeof *buf);
+        if (!buf) return -1;
+        int n = tok_encode(e->vocab, text, len, 1, parse_special, buf, cap);
+        if (n >= 0 && n <= cap) {
+            *tokens = buf;
+            return n;
+        }
+        free(buf);
+        if (n < 0) return -1;
+        cap = n;
+    }
+    return -1;
+}
+
+int engine_token_is_bos(const engine *e, int32_t id) { return id >= 0 && id == tok_bos(e->vocab); }
+
+/* Appends S to the growing string *buf (length *len); 0 or -1. */
+static int str_append(char **buf, size_t *len, const char *s) {
+    size_t n = strlen(s);
+    char *b = realloc(*buf, *len + n + 1);
+    if (!b) return -1;
+    memcpy(b + *len, s, n + 1);
+    *buf = b;
+    *len += n;
+    return 0;
+}
+
+int engine_prompt_build(const engine *e, const char *system, const engine_message *msgs, int n_msgs, int32_t **tokens,
+                        char *err, size_t errlen) {
+    chat_message *cm = calloc((size_t)(n_msgs ? n_msgs : 1), sizeof *cm);
+    char **merged = calloc((size_t)(n_msgs ? n_msgs : 1), sizeof *merged);
+    char *rendered = NULL;
+    int n_cm = 0, n = -1;
+    *tokens = NULL;
+    if (!cm || !merged) goto oom;
+    /* Merge consecutive turns of one role with a blank line. */
+    for (int i = 0; i < n_msgs; i++) {
+        chat_role role = msgs[i].role == ENGINE_ROLE_ASSISTANT ? CHAT_ROLE_ASSISTANT
+                         : msgs[i].role == ENGINE_ROLE_SYSTEM  ? CHAT_ROLE_SYSTEM
+                                                               : CHAT_ROLE_USER;
+        const char *text = msgs[i].text ? msgs[i].text : "";
+        if (n_cm && cm[n_cm - 1].role == role) {
+            size_t len = strlen(merged[n_cm - 1]);
+            if (str_append(&merged[n_cm - 1], &len, "\n\n") || str_append(&merged[n_cm - 1], &len, text)) goto oom;
+        } else {
+            size_t len = 0;
+            if (str_append(&merged[n_cm], &len, text)) goto oom;
+            cm[n_cm].role = role;
+            n_cm++;
+        }
+        cm[n_cm - 1].text = merged[n_cm - 1];
+    }
+    rendered = chat_render(e->family, e->bos_text, e->eos_text, system, cm, n_cm);
+    if (!rendered) goto oom;
+    n = engine_tokenize(e, rendered, 1, tokens);
+    if (n < 0) snprintf(err, errlen, "the prompt could not be tokenized");
+    goto done;
+oom:
+    snprintf(err, errlen, "out of memory building the prompt");
+done:
+    for (int i = 0; merged && i < n_msgs; i++) free(merged[i]);
+    free(merged);
+    free(cm);
+    free(rendered);
+    return n;
+}
+
+const char *engine_stop_reason_name(engine_stop_reason r) {
+    switch (r) {
+    case ENGINE_STOP_EOS: return "end_turn";
+    case ENGINE_STOP_MAX_TOKENS: return "max_tokens";
+    case ENGINE_STOP_SEQUENCE: return "stop_sequence";
+    case ENGINE_STOP_CONTEXT: return "model_context_window_exceeded";
+    case ENGINE_STOP_CANCELLED: return "cancelled";
+    case ENGINE_STOP_ERROR: return "error";
+    }
+    return "error";
+}
+
+int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t *mask, float *logits) {
+    model_state st;
+    char err[256];
+    const model *m = &e->model;
+    if (n < 1 || n > e->info.n_ctx) return -1;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->n_vocab) return -1;
+    if (model_state_init(&st, m, e->kb, n, n, mask, e->kv_type, err, sizeof err)) return -1;
+    model_embed(m, e->kb, &st, tokens, n);
+    model_forward_layers(m, e->kb, &st, n, 0, 0, m->n_layers);
+    model_logits(m, e->kb, &st, 0, n, logits);
+    model_state_free(&st, e->kb);
+    return 0;
+}
+
+static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }
+
+/* Runs the prompt through every computed layer, layer by layer, reporting
+ * progress and checking the cancel flag between layers. Returns 0 or 1
+ * when cancelled. */
+static int prefill(engine *e, model_state *st, const int32_t *prompt, int n, const engine_gen_params *gp,
+                   const engine_callbacks *cb) {
+    const model *m = &e->model;
+    model_embed(m, e->kb, st, prompt, n);
+    for (int l = 0; l < m->n_layers; l++) {
+        if (cancelled(gp)) return 1;
+        model_forward_layers(m, e->kb, st, n, 0, l, l + 1);
+        if (cb->on_progress) cb->on_progress(cb->ud, (l + 1) * n, m->n_layers * n);
+    }
+    return 0;
+}
+
+int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
+                    const engine_callbacks *cb, engine_result *res) {
+    const model *m = &e->model;
+    double t0 = now_ms();
+    memset(res, 0, sizeof *res);
+    res->stop_index = -1;
+    res->retryable = 1;
+    res->n_prompt = n_prompt;
+    if (n_prompt < 1 || gp->max_tokens < 1) {
+        snprintf(res->error, sizeof res->error, "empty prompt or max_tokens < 1");
+        return -1;
+    }
+    if (n_prompt >= e->info.n_ctx) {
+        snprintf(res->error, sizeof res->error, "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
+                 e->info.n_ctx);
+        return -1;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= m->n_vocab) {
+            snprintf(res->error, sizeof res->error, "token id %d at position %d is out of range", prompt[i], i);
+            return -1;
+        }
+    /* The KV cache holds the prompt and the answer, never more than the context. */
+    long long need = (long long)n_prompt + gp->max_tokens;
+    int n_ctx = need < e->info.n_ctx ? (int)need : e->info.n_ctx;
+
+    model_state st;
+    sampler sm;
+    textout out;
+    int have_state = 0, have_sampler = 0;
+    float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
+    char *piece = malloc(PIECE_MAX);
+    textout_init(&out, gp->stop, gp->n_stop);
+    if (!logits || !piece) {
+        snprintf(res->error, sizeof res->error, "out of memory");
+        goto error;
+    }
+    if (model_state_init(&st, m, e->kb, n_ctx, n_prompt, gp->layer_mask, e->kv_type, res->error, sizeof res->error)) {
+        res->retryable = 0;
+        goto error;
+    }
+    have_state = 1;
+    if (sampler_init(&sm, m->n_vocab, gp->temperature, gp->top_p, gp->top_k, gp->seed)) {
+        snprintf(res->error, sizeof res->error, "out of memory");
+        goto error;
+    }
+    have_sampler = 1;
+    memcpy(res->mask, st.mask, (size_t)m->n_layers);
+    res->kv_bytes = st.kv_bytes;
+    if (cb->on_start && cb->on_start(cb->ud, st.mask, m->n_layers)) goto cancel;
+
+    if (prefill(e, &st, prompt, n_prompt, gp, cb)) goto cancel;
+    model_logits(m, e->kb, &st, n_prompt - 1, 1, logits);
+    res->prefill_ms = now_ms() - t0;
+
+    int pos = n_prompt;
+    for (;;) {
+        if (cancelled(gp)) goto cancel;
+        int32_t tok = sampler_sample(&sm, logits);
+        if (res->n_generated == 0) res->ttft_ms = now_ms() - t0;
+        res->n_generated++;
+        if (tok_is_eog(e->vocab, tok)) {
+            res->reason = ENGINE_STOP_EOS;
+            break;
+        }
+        int len = tok_piece(e->vocab, tok, piece, PIECE_MAX);
+        const char *emit;
+        size_t emit_len;
+        int rc = textout_push(&out, piece, len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0), &emit, &emit_len);
+        if (rc < 0) {
+            snprintf(res->error, sizeof res->error, "out of memory");
+            goto error;
+        }
+        if (emit_len && cb->on_text && cb->on_text(cb->ud, emit, emit_len)) goto cancel;
+        if (rc == 1) {
+            res->reason = ENGINE_STOP_SEQUENCE;
+            res->stop_index = out.stop_index;
+            break;
+        }
+        if (res->n_generated >= gp->max_tokens) {
+            res->reason = ENGINE_STOP_MAX_TOKENS;
+            break;
+        }
+        if (pos >= n_ctx) { /* n_ctx < n_prompt + max_tokens only when the context is full */
+            res->reason = ENGINE_STOP_CONTEXT;
+            break;
+        }
+        model_embed(m, e->kb, &st, &tok, 1);
+        model_forward_layers(m, e->kb, &st, 1, pos, 0, m->n_layers);
+        model_logits(m, e->kb, &st, 0, 1, logits);
+        pos++;
+    }
+    if (res->reason != ENGINE_STOP_SEQUENCE) {
+        const char *emit;
+        size_t emit_len;
+        textout_flush(&out, &emit, &emit_len);
+        if (emit_len && cb->on_text) cb->on_text(cb->ud, emit, emit_len);
+    }
+    goto done;
+cancel:
+    res->reason = ENGINE_STOP_CANCELLED;
+    goto done;
+error:
+    res->reason = ENGINE_STOP_ERROR;
+done:
+    res->total_ms = now_ms() - t0;
+    if (have_sampler) sampler_free(&sm);
+    if (have_state) model_state_free(&st, e->kb);
+    textout_free(&out);
+    free(logits);
+    free(piece);
+    return 0;
+}

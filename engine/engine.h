@@ -1,0 +1,134 @@
+/* engine.h - the inference engine as the server and the CLI see it.
+ *
+ * An engine owns one loaded model (weights in memory the kernel cannot
+ * silently drop), its tokenizer and chat template, and one compute backend.
+ * It runs one generation at a time: engine_generate() is not reentrant, and
+ * the caller (the server's single worker) serialises calls. Everything else
+ * here (info, prompt building, token counting) is read-only and may be
+ * called from any thread while a generation runs.
+ *
+ * Layer masks inside the engine are per layer: mask[i] = 1 computes layer i,
+ * 0 skips it entirely (no kernel, no KV cache, no weight read). The 32-byte
+ * wire form of the HTTP headers is converted by probe/mask.h.
+ */
+#ifndef ILPD_ENGINE_H
+#define ILPD_ENGINE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENGINE_MAX_LAYERS 256
+
+typedef struct engine engine;
+
+typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
+
+typedef struct {
+    const char *model_path;
+    int n_ctx;                 /* 0: the model's context length */
+    int n_threads;             /* 0: the number of online cores */
+    engine_device device;
+    const char *chat_template; /* family name overriding the model's, or NULL */
+    int kv_f16;                /* 1: KV cache in F16, 0: F32 */
+} engine_params;
+
+typedef struct {
+    const char *name;          /* general.name, or the file's base name */
+    const char *path;
+    const char *arch;          /* "llama" | "qwen2" */
+    const char *template_family;
+    const char *device_name;   /* "cpu" | "cuda:0 (NVIDIA ...)" */
+    long long created_at;      /* model file's mtime, unix seconds */
+    int n_layers, n_ctx, n_ctx_train, n_vocab, dim, n_heads, n_kv_heads, head_dim, ffn_dim;
+    size_t weight_bytes;       /* bytes of weights held in memory */
+    size_t layer_bytes[ENGINE_MAX_LAYERS]; /* weight bytes of each layer */
+} engine_info;
+
+typedef enum { ENGINE_ROLE_SYSTEM, ENGINE_ROLE_USER, ENGINE_ROLE_ASSISTANT } engine_role;
+
+typedef struct {
+    engine_role role;
+    const char *text;
+} engine_message;
+
+typedef enum {
+    ENGINE_STOP_EOS,        /* end-of-generation token */
+    ENGINE_STOP_MAX_TOKENS,
+    ENGINE_STOP_SEQUENCE,   /* a stop string matched: result.stop_index says which */
+    ENGINE_STOP_CONTEXT,    /* the context is full */
+    ENGINE_STOP_CANCELLED,
+    ENGINE_STOP_ERROR,      /* result.error says why */
+} engine_stop_reason;
+
+typedef struct {
+    int max_tokens;
+    float temperature;          /* 0: greedy */
+    float top_p;                /* 1: off */
+    int top_k;                  /* 0: off */
+    uint64_t seed;
+    const char *const *stop;    /* stop strings (non-empty) */
+    int n_stop;
+    const uint8_t *layer_mask;  /* n_layers bytes, or NULL for every layer */
+    const atomic_int *cancel;   /* checked every token (and every layer of prefill); may be NULL */
+} engine_gen_params;
+
+typedef struct {
+    /* Once, after the layer mask is final and before any text: MASK has
+     * n_layers bytes. Return nonzero to cancel. */
+    int (*on_start)(void *ud, const uint8_t *mask, int n_layers);
+    /* Text as it becomes final: whole UTF-8 characters only, never a byte
+     * of a stop string. Return nonzero to cancel. */
+    int (*on_text)(void *ud, const char *text, size_t len);
+    /* During prefill, after each chunk: N_DONE of N_TOTAL prompt tokens. */
+    void (*on_progress)(void *ud, int n_done, int n_total);
+    void *ud;
+} engine_callbacks;
+
+typedef struct {
+    engine_stop_reason reason;
+    int stop_index;             /* for ENGINE_STOP_SEQUENCE */
+    int n_prompt, n_generated;
+    double ttft_ms, total_ms, prefill_ms;
+    size_t kv_bytes;            /* KV cache bytes this request held */
+    uint8_t mask[ENGINE_MAX_LAYERS]; /* the mask used */
+    int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
+    char error[256];
+} engine_result;
+
+/* Loads the model. Returns a new engine (free with engine_close) or NULL with
+ * a message naming the file and the problem in err. */
+engine *engine_open(const engine_params *p, char *err, size_t errlen);
+void engine_close(engine *e);
+const engine_info *engine_get_info(const engine *e);
+
+/* Renders SYSTEM (may be NULL) and the messages with the chat template and
+ * tokenizes the result (BOS included when the model adds one). Consecutive
+ * messages of the same role are merged with a blank line. A last assistant
+ * message is left open for continuation. Returns the token count and a
+ * malloc'd array in *tokens (caller frees), or -1 with err set. */
+int engine_prompt_build(const engine *e, const char *system, const engine_message *msgs, int n_msgs,
+                        int32_t **tokens, char *err, size_t errlen);
+
+/* Tokenizes raw text (BOS included when the model adds one, special token
+ * texts recognised when parse_special). Same ownership as above. */
+int engine_tokenize(const engine *e, const char *text, int parse_special, int32_t **tokens);
+
+/* 1 when ID is the model's BOS token. */
+int engine_token_is_bos(const engine *e, int32_t id);
+
+/* Generates a continuation of PROMPT. Callbacks run on the calling thread.
+ * Returns 0 when a result was produced (see res->reason), -1 on invalid
+ * arguments (res->error says why). */
+int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
+                    const engine_callbacks *cb, engine_result *res);
+
+/* Low-level: runs the forward pass over TOKENS (positions 0..n-1) with MASK
+ * (NULL = all layers) and writes the logits of every position to LOGITS
+ * (n * n_vocab floats). Used by tests and tools. Returns 0 or -1. */
+int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t *mask, float *logits);
+
+/* Human-readable name of a stop reason ("end_turn", "max_tokens", ...). */
+const char *engine_stop_reason_name(engine_stop_reason r);
+
+#endif

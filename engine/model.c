@@ -1,0 +1,390 @@
+/* model.c - loading Llama/Qwen2 weights and the masked forward pass. */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define MODEL_CHUNK 64 /* prompt rows per matmul */
+
+typedef struct {
+    const gguf_file *f;
+    char *err;
+    size_t errlen;
+} loader;
+
+__attribute__((format(printf, 2, 3))) static int load_fail(loader *ld, const char *fmt, ...) {
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(ld->err, ld->errlen, "%s: %s", ld->f->path, msg);
+    return -1;
+}
+
+/* Reads the integer "ARCH.KEY" into *out; missing keys use DEF (or fail when DEF < 0). */
+static int arch_int(loader *ld, const char *arch, const char *key, int def, int *out) {
+    char name[128];
+    int64_t v;
+    snprintf(name, sizeof name, "%s.%s", arch, key);
+    int rc = gguf_kv_get_i64(ld->f, name, &v);
+    if (rc == 0 && def >= 0) {
+        *out = def;
+        return 0;
+    }
+    if (rc == 0) return load_fail(ld, "missing metadata key '%s'", name);
+    if (rc < 0) return load_fail(ld, "metadata key '%s' is not an integer", name);
+    if (v <= 0 || v > (1 << 24)) return load_fail(ld, "metadata '%s' = %lld is out of range", name, (long long)v);
+    *out = (int)v;
+    return 0;
+}
+
+static float arch_float(loader *ld, const char *arch, const char *key, float def) {
+    char name[128];
+    float v;
+    snprintf(name, sizeof name, "%s.%s", arch, key);
+    return gguf_kv_get_f32(ld->f, name, &v) == 1 ? v : def;
+}
+
+/* Finds tensor NAME with shape [cols, rows] (rows 0 for a 1-D tensor) and
+ * fills W (host pointer set later). Returns 0, 1 when absent and optional,
+ * or -1. */
+static int find_weight(loader *ld, const char *name, int cols, int rows, int optional, kb_weight *w,
+                       const gguf_tensor **out) {
+    const gguf_tensor *t = gguf_tensor_find(ld->f, name);
+    memset(w, 0, sizeof *w);
+    *out = NULL;
+    if (!t) return optional ? 1 : load_fail(ld, "missing tensor '%s'", name);
+    int want_dims = rows ? 2 : 1;
+    if ((int)t->n_dims != want_dims || t->ne[0] != (uint64_t)cols || (rows && t->ne[1] != (uint64_t)rows))
+        return load_fail(ld, "tensor '%s' has shape [%llu, %llu], expected [%d, %d]", name, (unsigned long long)t->ne[0],
+                         t->n_dims > 1 ? (unsigned long long)t->ne[1] : 0ull, cols, rows);
+    if (!rows && t->type != GGML_TYPE_F32) return load_fail(ld, "tensor '%s' must be F32", name);
+    w->type = t->type;
+    w->cols = cols;
+    w->rows = rows ? rows : 1;
+    w->nbytes = t->nbytes;
+    *out = t;
+    return 0;
+}
+
+typedef struct {
+    kb_weight *w;
+    const gguf_tensor *t;
+} weight_ref;
+
+/* Computes the RoPE inverse frequencies, applying Llama 3 scaling
+ * (rope_freqs.weight factors, or the rope.scaling.* keys) or linear scaling. */
+static int rope_setup(model *m, loader *ld) {
+    int half = m->head_dim / 2;
+    float base = arch_float(ld, m->arch, "rope.freq_base", 10000.0f);
+    m->inv_freq = malloc((size_t)half * sizeof(float));
+    if (!m->inv_freq) return load_fail(ld, "out of memory");
+    const gguf_tensor *ft = gguf_tensor_find(ld->f, "rope_freqs.weight");
+    if (ft && (ft->type != GGML_TYPE_F32 || ft->ne[0] != (uint64_t)half))
+        return load_fail(ld, "tensor 'rope_freqs.weight' must be F32 with head_dim/2 = %d values", half);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
+    char *stype = gguf_kv_get_str(ld->f, key);
+    float factor = arch_float(ld, m->arch, "rope.scaling.factor", 1.0f);
+    float lo = arch_float(ld, m->arch, "rope.scaling.low_freq_factor", 1.0f);
+    float hi = arch_float(ld, m->arch, "rope.scaling.high_freq_factor", 4.0f);
+    int orig = m->n_ctx_train;
+    arch_int(ld, m->arch, "rope.scaling.original_context_length", m->n_ctx_train, &orig);
+    for (int i = 0; i < half; i++) {
+        double f = pow(base, -2.0 * i / m->head_dim);
+        if (ft) {
+            f /= ((const float *)ft->data)[i];
+        } else if (stype && !strcmp(stype, "llama3") && factor > 0) {
+            double wavelen = 2 * M_PI / f, lo_wl = orig / lo, hi_wl = orig / hi;
+            if (wavelen > lo_wl) {
+                f /= factor;
+            } else if (wavelen >= hi_wl) {
+                double smooth = (orig / wavelen - lo) / (hi - lo);
+                f = (1 - smooth) * f / factor + smooth * f;
+            }
+        } else if (stype && !strcmp(stype, "linear") && factor > 0) {
+            f /= factor;
+        }
+        m->inv_freq[i] = (float)f;
+    }
+    free(stype);
+    m->attn.inv_freq = m->inv_freq;
+    return 0;
+}
+
+static int read_hparams(model *m, loader *ld) {
+    char *arch = gguf_kv_get_str(ld->f, "general.architecture");
+    if (!arch) return load_fail(ld, "missing 'general.architecture'");
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2")) {
+        int rc = load_fail(ld, "unsupported architecture '%s' (llama and qwen2 are supported)", arch);
+        free(arch);
+        return rc;
+    }
+    snprintf(m->arch, sizeof m->arch, "%s", arch);
+    free(arch);
+    if (arch_int(ld, m->arch, "block_count", -1, &m->n_layers) || arch_int(ld, m->arch, "embedding_length", -1, &m->dim) ||
+        arch_int(ld, m->arch, "feed_forward_length", -1, &m->ffn_dim) ||
+        arch_int(ld, m->arch, "attention.head_count", -1, &m->n_heads) ||
+        arch_int(ld, m->arch, "attention.head_count_kv", m->n_heads, &m->n_kv_heads) ||
+        arch_int(ld, m->arch, "context_length", 2048, &m->n_ctx_train))
+        return -1;
+    if (m->n_layers > 256) return load_fail(ld, "block_count %d is more than the 256 layers supported", m->n_layers);
+    if (m->dim % m->n_heads) return load_fail(ld, "embedding_length %d is not a multiple of head_count %d", m->dim, m->n_heads);
+    if (arch_int(ld, m->arch, "attention.key_length", m->dim / m->n_heads, &m->head_dim)) return -1;
+    if (m->n_heads % m->n_kv_heads)
+        return load_fail(ld, "head_count %d is not a multiple of head_count_kv %d", m->n_heads, m->n_kv_heads);
+    if (m->head_dim % 2 || m->head_dim > 1024) return load_fail(ld, "unsupported head size %d", m->head_dim);
+    int n_rot = m->head_dim;
+    if (arch_int(ld, m->arch, "rope.dimension_count", m->head_dim, &n_rot)) return -1;
+    if (n_rot != m->head_dim)
+        return load_fail(ld, "partial rotary embeddings (rope.dimension_count %d, head size %d) are unsupported", n_rot,
+                         m->head_dim);
+    m->eps = arch_float(ld, m->arch, "attention.layer_norm_rms_epsilon", 1e-5f);
+    m->q_dim = m->n_heads * m->head_dim;
+    m->kv_dim = m->n_kv_heads * m->head_dim;
+    m->attn.n_heads = m->n_heads;
+    m->attn.n_kv_heads = m->n_kv_heads;
+    m->attn.head_dim = m->head_dim;
+    m->attn.neox = !strcmp(m->arch, "qwen2");
+    const gguf_tensor *emb = gguf_tensor_find(ld->f, "token_embd.weight");
+    if (!emb || emb->n_dims != 2) return load_fail(ld, "missing 2-D tensor 'token_embd.weight'");
+    if (emb->ne[1] > (1u << 24)) return load_fail(ld, "absurd vocabulary size %llu", (unsigned long long)emb->ne[1]);
+    m->n_vocab = (int)emb->ne[1];
+    return rope_setup(m, ld);
+}
+
+int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t errlen) {
+    loader ld = {f, err, errlen};
+    weight_ref *refs = NULL;
+    memset(m, 0, sizeof *m);
+    if (read_hparams(m, &ld)) goto fail;
+    m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
+    refs = calloc((size_t)m->n_layers * 12 + 3, sizeof *refs);
+    if (!m->layers || !refs) {
+        load_fail(&ld, "out of memory");
+        goto fail;
+    }
+    int n_refs = 0, rc;
+    const gguf_tensor *t;
+#define WEIGHT(name, w, cols, rows, optional)                                     \
+    do {                                                                          \
+        rc = find_weight(&ld, name, cols, rows, optional, w, &t);                 \
+        if (rc < 0) goto fail;                                                    \
+        if (rc == 0) refs[n_refs++] = (weight_ref){w, t};                         \
+    } while (0)
+    WEIGHT("token_embd.weight", &m->tok_embd, m->dim, m->n_vocab, 0);
+    WEIGHT("output_norm.weight", &m->output_norm, m->dim, 0, 0);
+    WEIGHT("output.weight", &m->output, m->dim, m->n_vocab, 1);
+    if (rc == 1) m->output = m->tok_embd; /* tied head: shares the embedding */
+    for (int l = 0; l < m->n_layers; l++) {
+        model_layer *L = &m->layers[l];
+        char name[96];
+#define LAYER(suffix, w, cols, rows, optional)                                    \
+        snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                     \
+        WEIGHT(name, w, cols, rows, optional)
+        LAYER("attn_norm.weight", &L->attn_norm, m->dim, 0, 0);
+        LAYER("attn_q.weight", &L->wq, m->dim, m->q_dim, 0);
+        LAYER("attn_k.weight", &L->wk, m->dim, m->kv_dim, 0);
+        LAYER("attn_v.weight", &L->wv, m->dim, m->kv_dim, 0);
+        LAYER("attn_output.weight", &L->wo, m->q_dim, m->dim, 0);
+        LAYER("ffn_norm.weight", &L->ffn_norm, m->dim, 0, 0);
+        LAYER("ffn_gate.weight", &L->w_gate, m->dim, m->ffn_dim, 0);
+        LAYER("ffn_up.weight", &L->w_up, m->dim, m->ffn_dim, 0);
+        LAYER("ffn_down.weight", &L->w_down, m->ffn_dim, m->dim, 0);
+        int required = !strcmp(m->arch, "qwen2") ? 0 : 1;
+        LAYER("attn_q.bias", &L->bq, m->q_dim, 0, required);
+        L->has_bias = rc == 0;
+        LAYER("attn_k.bias", &L->bk, m->kv_dim, 0, !L->has_bias);
+        LAYER("attn_v.bias", &L->bv, m->kv_dim, 0, !L->has_bias);
+#undef LAYER
+    }
+#undef WEIGHT
+    /* Copy every weight into one anonymous allocation: file pages of a
+     * mapping that sits idle get dropped by the kernel, anonymous ones not. */
+    size_t total = 0;
+    for (int i = 0; i < n_refs; i++) total += (refs[i].t->nbytes + 63) / 64 * 64;
+    if (posix_memalign(&m->weights_mem, 64, total ? total : 64)) {
+        m->weights_mem = NULL;
+        load_fail(&ld, "out of memory for %zu bytes of weights", total);
+        goto fail;
+    }
+    m->weights_bytes = total;
+    size_t off = 0;
+    for (int i = 0; i < n_refs; i++) {
+        memcpy((uint8_t *)m->weights_mem + off, refs[i].t->data, refs[i].t->nbytes);
+        refs[i].w->host = (uint8_t *)m->weights_mem + off;
+        off += (refs[i].t->nbytes + 63) / 64 * 64;
+    }
+    if (m->output.host == NULL) m->output = m->tok_embd;
+    madvise((void *)f->map, f->map_size, MADV_DONTNEED);
+    for (int l = 0; l < m->n_layers; l++) {
+        model_layer *L = &m->layers[l];
+        kb_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm,
+                           &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            if (!ws[i]->host) continue;
+            L->bytes += ws[i]->nbytes;
+            if (kb->weight_upload(kb, ws[i])) {
+                load_fail(&ld, "cannot upload the weights of layer %d to the %s backend", l, kb->name);
+                goto fail;
+            }
+        }
+    }
+    if (kb->weight_upload(kb, &m->tok_embd) || kb->weight_upload(kb, &m->output_norm) ||
+        (m->output.host != m->tok_embd.host && kb->weight_upload(kb, &m->output))) {
+        load_fail(&ld, "cannot upload the embedding and output weights to the %s backend", kb->name);
+        goto fail;
+    }
+    if (m->output.host == m->tok_embd.host) m->output = m->tok_embd;
+    free(refs);
+    return 0;
+fail:
+    free(refs);
+    model_free(m, kb);
+    return -1;
+}
+
+void model_free(model *m, kb_backend *kb) {
+    if (m->layers) {
+        for (int l = 0; l < m->n_layers; l++) {
+            model_layer *L = &m->layers[l];
+            kb_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm,
+                               &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
+            for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+                if (ws[i]->dev) kb->weight_release(kb, ws[i]);
+        }
+    }
+    if (m->output.dev && m->output.dev != m->tok_embd.dev) kb->weight_release(kb, &m->output);
+    if (m->tok_embd.dev) kb->weight_release(kb, &m->tok_embd);
+    if (m->output_norm.dev) kb->weight_release(kb, &m->output_norm);
+    free(m->layers);
+    free(m->inv_freq);
+    free(m->weights_mem);
+    memset(m, 0, sizeof *m);
+}
+
+static void kv_release(model_state *s, kb_backend *kb, int l) {
+    if (!s->kv[l].k) return;
+    kb->free(kb, s->kv[l].k);
+    kb->free(kb, s->kv[l].v);
+    s->kv_bytes -= 2 * kb_kv_bytes(s->kv[l].type, s->kv[l].n_ctx, s->kv[l].kv_dim);
+    s->kv[l].k = s->kv[l].v = NULL;
+}
+
+int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
+                     kb_kv_type kv_type, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->n_layers = m->n_layers;
+    s->n_ctx = n_ctx;
+    s->max_rows = max_rows < 1 ? 1 : max_rows;
+    s->chunk = s->max_rows < MODEL_CHUNK ? s->max_rows : MODEL_CHUNK;
+    s->mask = malloc((size_t)m->n_layers);
+    s->kv = calloc((size_t)m->n_layers, sizeof *s->kv);
+    if (!s->mask || !s->kv) goto oom;
+    for (int l = 0; l < m->n_layers; l++) s->mask[l] = mask ? mask[l] != 0 : 1;
+    size_t c = (size_t)s->chunk;
+    int wide = m->dim > m->q_dim ? m->dim : m->q_dim;
+    s->x = kb->alloc(kb, (size_t)s->max_rows * m->dim * sizeof(float));
+    s->xb = kb->alloc(kb, c * wide * sizeof(float));
+    s->q = kb->alloc(kb, c * m->q_dim * sizeof(float));
+    s->k = kb->alloc(kb, c * m->kv_dim * sizeof(float));
+    s->v = kb->alloc(kb, c * m->kv_dim * sizeof(float));
+    s->att = kb->alloc(kb, c * m->q_dim * sizeof(float));
+    s->hb = kb->alloc(kb, c * m->ffn_dim * sizeof(float));
+    s->hb2 = kb->alloc(kb, c * m->ffn_dim * sizeof(float));
+    s->logits = kb->alloc(kb, c * m->n_vocab * sizeof(float));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->logits) goto oom;
+    int widest = m->ffn_dim > wide ? m->ffn_dim : wide;
+    if (kb->reserve(kb, widest, n_ctx)) goto oom;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (!s->mask[l]) continue;
+        kb_kv *kv = &s->kv[l];
+        size_t bytes = kb_kv_bytes(kv_type, n_ctx, m->kv_dim);
+        kv->type = kv_type;
+        kv->n_ctx = n_ctx;
+        kv->kv_dim = m->kv_dim;
+        kv->k = kb->alloc(kb, bytes);
+        kv->v = kb->alloc(kb, bytes);
+        if (!kv->k || !kv->v) {
+            snprintf(err, errlen, "out of memory for the KV cache of layer %d (%zu bytes)", l, 2 * bytes);
+            goto fail;
+        }
+        s->kv_bytes += 2 * bytes;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory for the request state (%d positions)", n_ctx);
+fail:
+    model_state_free(s, kb);
+    return -1;
+}
+
+void model_state_free(model_state *s, kb_backend *kb) {
+    for (int l = 0; s->kv && l < s->n_layers; l++) kv_release(s, kb, l);
+    free(s->kv);
+    free(s->mask);
+    float *bufs[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) kb->free(kb, bufs[i]);
+    memset(s, 0, sizeof *s);
+}
+
+int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const uint8_t *mask) {
+    for (int l = 0; l < m->n_layers; l++)
+        if (mask[l] && !s->kv[l].k) return -1;
+    for (int l = 0; l < m->n_layers; l++) {
+        s->mask[l] = mask[l] != 0;
+        if (!s->mask[l]) kv_release(s, kb, l);
+    }
+    return 0;
+}
+
+void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n) {
+    kb->embed(kb, s->x, &m->tok_embd, tokens, n);
+}
+
+/* One layer over rows [r0, r0+n) (positions pos0+r0..). */
+static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l, int r0, int n, int pos0) {
+    const model_layer *L = &m->layers[l];
+    float *x = s->x + (size_t)r0 * m->dim;
+    kb->rmsnorm(kb, s->xb, x, &L->attn_norm, n, m->dim, m->eps);
+    kb->matmul(kb, s->q, &L->wq, s->xb, n);
+    kb->matmul(kb, s->k, &L->wk, s->xb, n);
+    kb->matmul(kb, s->v, &L->wv, s->xb, n);
+    if (L->has_bias) {
+        kb->add_bias(kb, s->q, &L->bq, n);
+        kb->add_bias(kb, s->k, &L->bk, n);
+        kb->add_bias(kb, s->v, &L->bv, n);
+    }
+    kb->rope(kb, s->q, n, m->n_heads, &m->attn, pos0 + r0);
+    kb->rope(kb, s->k, n, m->n_kv_heads, &m->attn, pos0 + r0);
+    kb->attention(kb, s->att, s->q, s->k, s->v, &s->kv[l], n, pos0 + r0, &m->attn);
+    kb->matmul(kb, s->xb, &L->wo, s->att, n);
+    kb->add(kb, x, s->xb, (size_t)n * m->dim);
+    kb->rmsnorm(kb, s->xb, x, &L->ffn_norm, n, m->dim, m->eps);
+    kb->matmul(kb, s->hb, &L->w_gate, s->xb, n);
+    kb->matmul(kb, s->hb2, &L->w_up, s->xb, n);
+    kb->swiglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
+    kb->matmul(kb, s->xb, &L->w_down, s->hb, n);
+    kb->add(kb, x, s->xb, (size_t)n * m->dim);
+}
+
+void model_forward_layers(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1) {
+    for (int l = l0; l < l1 && l < m->n_layers; l++) {
+        if (!s->mask[l]) continue;
+        for (int r = 0; r < n; r += s->chunk) layer_forward(m, kb, s, l, r, n - r < s->chunk ? n - r : s->chunk, pos0);
+    }
+}
+
+void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n, float *host_out) {
+    for (int r = 0; r < n; r += s->chunk) {
+        int c = n - r < s->chunk ? n - r : s->chunk;
+        kb->rmsnorm(kb, s->xb, s->x + (size_t)(r0 + r) * m->dim, &m->output_norm, c, m->dim, m->eps);
+        kb->matmul(kb, s->logits, &m->output, s->xb, c);
+        kb->to_host(kb, host_out + (size_t)r * m->n_vocab, s->logits, (size_t)c * m->n_vocab * sizeof(float));
+    }
+}

@@ -1,0 +1,77 @@
+/* model.h - a Llama-family transformer: weights, hyper-parameters and the
+ * forward pass over a per-request layer mask.
+ *
+ * The forward pass is layer-major: model_forward_layers() runs a range of
+ * layers over every row of the residual stream, so that the generate loop
+ * can stop after the first K layers of the prompt (for the probe) and go on
+ * with the mask it decides. A masked layer is never touched: no kernel, no
+ * KV cache (model_state_init allocates none for it), no weight read.
+ */
+#ifndef ILPD_MODEL_H
+#define ILPD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "gguf.h"
+
+typedef struct {
+    kb_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    kb_weight bq, bk, bv; /* qwen2 only (has_bias) */
+    int has_bias;
+    size_t bytes;         /* weight bytes of this layer */
+} model_layer;
+
+typedef struct {
+    char arch[16];
+    int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, n_vocab, n_ctx_train;
+    int q_dim, kv_dim;
+    float eps;
+    kb_attn_shape attn;   /* heads, rope mode and inverse frequencies */
+    float *inv_freq;      /* head_dim/2 values, owned */
+    kb_weight tok_embd, output_norm, output;
+    model_layer *layers;
+    void *weights_mem;    /* every weight, in anonymous memory */
+    size_t weights_bytes;
+} model;
+
+/* Reads hyper-parameters and weights of F into M (weights are copied into
+ * anonymous memory and handed to the backend). Returns 0, or -1 with
+ * "FILE: problem" in err. */
+int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t errlen);
+void model_free(model *m, kb_backend *kb);
+
+/* Per-request state: residual stream, scratch and the KV cache of the
+ * computed layers. */
+typedef struct {
+    int n_layers, n_ctx, max_rows, chunk;
+    uint8_t *mask;          /* n_layers bytes */
+    kb_kv *kv;              /* per layer; k and v NULL for a skipped layer */
+    size_t kv_bytes;
+    float *x;               /* [max_rows][dim] residual stream */
+    float *xb, *q, *k, *v, *att, *hb, *hb2; /* [chunk][...] scratch */
+    float *logits;          /* [chunk][n_vocab] */
+} model_state;
+
+/* Allocates the state for up to N_CTX positions, MAX_ROWS rows processed at
+ * once, and MASK (NULL = every layer; copied). Returns 0 or -1 (out of
+ * memory, with err set). */
+int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
+                     kb_kv_type kv_type, char *err, size_t errlen);
+void model_state_free(model_state *s, kb_backend *kb);
+/* Changes the mask of layers that have not run yet (the probe's decision);
+ * frees the KV cache of newly skipped layers. Layers turned on must already
+ * have a cache. Returns 0 or -1. */
+int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const uint8_t *mask);
+
+/* Embeds TOKENS into rows 0..n-1 of the residual stream. */
+void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n);
+/* Runs layers [l0, l1) (those the mask computes) over rows 0..n-1, which
+ * are positions pos0..pos0+n-1. */
+void model_forward_layers(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1);
+/* Final norm and output head for rows [r0, r0+n) of the residual stream;
+ * writes n * n_vocab logits into HOST_OUT (host memory). */
+void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n, float *host_out);
+
+#endif

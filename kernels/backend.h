@@ -1,0 +1,98 @@
+/* backend.h - the one interface every compute backend (cpu/, cuda/) implements.
+ *
+ * The engine's forward pass is written once against these operations. All
+ * activation pointers (float *) and KV pointers live in backend memory
+ * (host memory for the CPU, device memory for CUDA) and come from
+ * kb->alloc; the engine never dereferences them itself and copies data
+ * across with to_host / to_backend. Weights stay in their file format
+ * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); a backend may keep a private
+ * copy (e.g. on the GPU) made by weight_upload.
+ *
+ * Shapes: activations are row-major [n tokens][width]. A weight has ROWS
+ * output features, each a row of COLS input features (ggml's ne[0] = cols).
+ */
+#ifndef ILPD_BACKEND_H
+#define ILPD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef struct {
+    ggml_type type;
+    int rows, cols;
+    const void *host;   /* the weights in host memory (always present) */
+    void *dev;          /* the backend's copy, or NULL when it uses host */
+    size_t nbytes;
+} kb_weight;
+
+typedef enum { KB_KV_F32, KB_KV_F16 } kb_kv_type;
+
+/* One layer's KV cache: n_ctx positions of kv_dim values each for K and V. */
+typedef struct {
+    void *k, *v;        /* backend memory */
+    kb_kv_type type;
+    int n_ctx, kv_dim;
+} kb_kv;
+
+typedef struct {
+    int n_heads, n_kv_heads, head_dim;
+    int neox;           /* 1: rotate (x[i], x[i+d/2]) pairs; 0: adjacent (x[2i], x[2i+1]) */
+    const float *inv_freq; /* head_dim/2 inverse frequencies (host memory) */
+} kb_attn_shape;
+
+typedef struct kb_backend kb_backend;
+
+struct kb_backend {
+    const char *name;
+    void *impl;
+
+    /* Memory. alloc returns NULL on failure; free accepts NULL. */
+    void *(*alloc)(kb_backend *kb, size_t bytes);
+    void (*free)(kb_backend *kb, void *p);
+    void (*to_host)(kb_backend *kb, void *dst, const void *src, size_t bytes);
+    void (*to_backend)(kb_backend *kb, void *dst, const void *src, size_t bytes);
+    /* Prepares scratch space for rows of up to MAX_WIDTH values and
+     * attention over up to N_CTX positions; 0 or -1 when out of memory. */
+    int (*reserve)(kb_backend *kb, int max_width, int n_ctx);
+    /* Makes W usable by this backend (uploads it); 0 or -1. */
+    int (*weight_upload)(kb_backend *kb, kb_weight *w);
+    void (*weight_release)(kb_backend *kb, kb_weight *w);
+
+    /* out[i] = row tokens[i] of EMB (any weight type), for n tokens (host ids). */
+    void (*embed)(kb_backend *kb, float *out, const kb_weight *emb, const int32_t *tokens, int n);
+    /* out = x / rms(x) * w, row by row; w is an F32 weight of DIM values. */
+    void (*rmsnorm)(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps);
+    /* out[n][w->rows] = x[n][w->cols] times W transposed. */
+    void (*matmul)(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n);
+    /* x[n][b->cols] += b (an F32 bias of b->cols values). */
+    void (*add_bias)(kb_backend *kb, float *x, const kb_weight *b, int n);
+    /* Rotates the N_HEADS heads of each of n rows of X; row i is at position pos0 + i. */
+    void (*rope)(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0);
+    /* Stores the n rows of K and V at positions pos0.. of CACHE, then writes
+     * causal attention for the n queries Q (positions pos0..) into OUT. */
+    void (*attention)(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
+                      int n, int pos0, const kb_attn_shape *s);
+    /* gate = silu(gate) * up, elementwise over N values. */
+    void (*swiglu)(kb_backend *kb, float *gate, const float *up, size_t n);
+    /* x += y over N values. */
+    void (*add)(kb_backend *kb, float *x, const float *y, size_t n);
+    /* Waits for queued work (no-op on the CPU). */
+    void (*sync)(kb_backend *kb);
+    /* Number of kernels launched so far (tests count them). */
+    uint64_t (*launches)(kb_backend *kb);
+    void (*destroy)(kb_backend *kb);
+};
+
+/* Creates the CPU backend with N_THREADS workers (0: online cores).
+ * Returns NULL when out of memory. */
+kb_backend *kb_cpu_create(int n_threads);
+/* Creates the CUDA backend on device DEV, or NULL with err set (no device,
+ * no driver, or built without CUDA). */
+kb_backend *kb_cuda_create(int dev, char *err, size_t errlen);
+
+/* Bytes of one KV cache layer of this shape and type. */
+size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
+
+#endif

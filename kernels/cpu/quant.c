@@ -1,0 +1,204 @@
+/* quant.c - scalar reference implementations of the weight formats. */
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} block_q8_0;
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[16];
+} block_q4_0;
+
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];
+} block_q4_k;
+
+typedef struct {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+} block_q6_k;
+
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(block_q4_k) == 144, "q4_k layout");
+_Static_assert(sizeof(block_q6_k) == 210, "q6_k layout");
+
+float quant_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                mant <<= 1;
+            } while (!(mant & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t quant_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = x & 0x7fffff;
+    if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00);
+    if (exp <= 0) {
+        if (exp < -10) return (uint16_t)sign;
+        mant |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++; /* may carry into the exponent: correct */
+    return (uint16_t)half;
+}
+
+float quant_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K super-block. */
+static void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static void dequant_q8_0(const block_q8_0 *b, float *out, int n) {
+    for (int i = 0; i < n / 32; i++) {
+        float d = quant_f16_to_f32(b[i].d);
+        for (int j = 0; j < 32; j++) out[i * 32 + j] = d * b[i].qs[j];
+    }
+}
+
+static void dequant_q4_0(const block_q4_0 *b, float *out, int n) {
+    for (int i = 0; i < n / 32; i++) {
+        float d = quant_f16_to_f32(b[i].d);
+        for (int j = 0; j < 16; j++) {
+            out[i * 32 + j] = d * ((b[i].qs[j] & 0xF) - 8);
+            out[i * 32 + j + 16] = d * ((b[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+static void dequant_q4_k(const block_q4_k *b, float *out, int n) {
+    for (int i = 0; i < n / 256; i++) {
+        float d = quant_f16_to_f32(b[i].d), dmin = quant_f16_to_f32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        float *y = out + i * 256;
+        for (int c = 0; c < 4; c++) {
+            uint8_t sc, m;
+            q4k_scale_min(b[i].scales, 2 * c, &sc, &m);
+            float d1 = d * sc, m1 = dmin * m;
+            q4k_scale_min(b[i].scales, 2 * c + 1, &sc, &m);
+            float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++) y[l] = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) y[32 + l] = d2 * (q[l] >> 4) - m2;
+            q += 32;
+            y += 64;
+        }
+    }
+}
+
+static void dequant_q6_k(const block_q6_k *b, float *out, int n) {
+    for (int i = 0; i < n / 256; i++) {
+        float d = quant_f16_to_f32(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        float *y = out + i * 256;
+        for (int half = 0; half < 2; half++) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * sc[is] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+void quant_dequantize_row(ggml_type t, const void *row, float *out, int n) {
+    switch (t) {
+    case GGML_TYPE_F32: memcpy(out, row, (size_t)n * 4); break;
+    case GGML_TYPE_F16: {
+        const uint16_t *h = row;
+        for (int i = 0; i < n; i++) out[i] = quant_f16_to_f32(h[i]);
+        break;
+    }
+    case GGML_TYPE_BF16: {
+        const uint16_t *h = row;
+        for (int i = 0; i < n; i++) out[i] = quant_bf16_to_f32(h[i]);
+        break;
+    }
+    case GGML_TYPE_Q8_0: dequant_q8_0(row, out, n); break;
+    case GGML_TYPE_Q4_0: dequant_q4_0(row, out, n); break;
+    case GGML_TYPE_Q4_K: dequant_q4_k(row, out, n); break;
+    case GGML_TYPE_Q6_K: dequant_q6_k(row, out, n); break;
+    default: memset(out, 0, (size_t)n * 4); break;
+    }
+}
+
+float quant_dot_row(ggml_type t, const void *row, const float *x, int n) {
+    if (t == GGML_TYPE_F32) {
+        const float *w = row;
+        float s = 0;
+        for (int i = 0; i < n; i++) s += w[i] * x[i];
+        return s;
+    }
+    /* Block formats: dequantise one block at a time into a small buffer. */
+    float buf[256];
+    int bs = t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 ? 256 : ggml_type_block_size(t);
+    size_t bb = t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 ? 512 : ggml_type_block_bytes(t);
+    const uint8_t *p = row;
+    float s = 0;
+    int i = 0;
+    for (; i + bs <= n; i += bs, p += bb) {
+        quant_dequantize_row(t, p, buf, bs);
+        for (int j = 0; j < bs; j++) s += buf[j] * x[i + j];
+    }
+    if (i < n) { /* the tail of a float row whose width is not a multiple of 256 */
+        quant_dequantize_row(t, p, buf, n - i);
+        for (int j = 0; j < n - i; j++) s += buf[j] * x[i + j];
+    }
+    return s;
+}

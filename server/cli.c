@@ -1,0 +1,359 @@
+/* cli.c - the command-line tools: generate, tokenize, inspect, logits.
+ * Each prints its result on stdout and logs on stderr; each returns the
+ * process exit code (0 ok, 1 error, 2 usage). */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "gguf.h"
+#include "log.h"
+#include "mask.h"
+
+typedef struct {
+    const char *model, *prompt, *system, *mask_b64, *mask_list, *tokens, *out, *chat_template;
+    int n_predict, n_ctx, n_threads, chat, no_bos, kv_f16, top_k;
+    float temp, top_p;
+    unsigned long long seed;
+    const char *stop[16];
+    int n_stop;
+    const char *text;
+    engine_device device;
+} cli_opts;
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage:\n"
+            "  ilpd generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+            "                [--layer-mask BASE64] [--chat] [--system TEXT] [--stop STR]... [-c CTX] [-t THREADS]\n"
+            "  ilpd tokenize -m MODEL [--no-bos] TEXT\n"
+            "  ilpd inspect  -m MODEL\n"
+            "  ilpd logits   -m MODEL --tokens ID,ID,... [--layer-mask BASE64 | --mask 1,0,...] -o FILE\n"
+            "  ilpd serve    -m MODEL [options]   (see README)\n");
+    return 2;
+}
+
+/* Parses a number option; returns 0 or -1 (message printed). */
+static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "ilpd: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->temp = 0.8f;
+    o->top_p = 1.0f;
+    o->seed = 42;
+    o->device = ENGINE_DEVICE_CPU;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+#define NEED_VALUE()                                                   \
+    do {                                                               \
+        if (!v) {                                                      \
+            fprintf(stderr, "ilpd: %s needs a value\n", a);            \
+            return -1;                                                 \
+        }                                                              \
+        i++;                                                           \
+    } while (0)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED_VALUE(); o->model = v; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEED_VALUE(); o->prompt = v; }
+        else if (!strcmp(a, "--system")) { NEED_VALUE(); o->system = v; }
+        else if (!strcmp(a, "--layer-mask")) { NEED_VALUE(); o->mask_b64 = v; }
+        else if (!strcmp(a, "--mask")) { NEED_VALUE(); o->mask_list = v; }
+        else if (!strcmp(a, "--tokens")) { NEED_VALUE(); o->tokens = v; }
+        else if (!strcmp(a, "-o")) { NEED_VALUE(); o->out = v; }
+        else if (!strcmp(a, "--chat-template")) { NEED_VALUE(); o->chat_template = v; }
+        else if (!strcmp(a, "--chat")) o->chat = 1;
+        else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
+        else if (!strcmp(a, "--kv-f16")) o->kv_f16 = 1;
+        else if (!strcmp(a, "--device")) {
+            NEED_VALUE();
+            if (!strcmp(v, "cpu")) o->device = ENGINE_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) o->device = ENGINE_DEVICE_CUDA;
+            else if (!strcmp(v, "auto")) o->device = ENGINE_DEVICE_AUTO;
+            else { fprintf(stderr, "ilpd: --device expects auto, cpu or cuda\n"); return -1; }
+        }
+        else if (!strcmp(a, "--stop")) {
+            NEED_VALUE();
+            if (o->n_stop == 16 || !*v) { fprintf(stderr, "ilpd: up to 16 non-empty --stop strings\n"); return -1; }
+            o->stop[o->n_stop++] = v;
+        }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED_VALUE(); if (parse_num(a, v, 1, 1 << 24, &d)) return -1; o->n_predict = (int)d; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { NEED_VALUE(); if (parse_num(a, v, 0, 1 << 24, &d)) return -1; o->n_ctx = (int)d; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED_VALUE(); if (parse_num(a, v, 0, 1024, &d)) return -1; o->n_threads = (int)d; }
+        else if (!strcmp(a, "--temp")) { NEED_VALUE(); if (parse_num(a, v, 0, 100, &d)) return -1; o->temp = (float)d; }
+        else if (!strcmp(a, "--top-p")) { NEED_VALUE(); if (parse_num(a, v, 0, 1, &d)) return -1; o->top_p = (float)d; }
+        else if (!strcmp(a, "--top-k")) { NEED_VALUE(); if (parse_num(a, v, 0, 1 << 24, &d)) return -1; o->top_k = (int)d; }
+        else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (parse_num(a, v, 0, 1.8e19, &d)) return -1; o->seed = (unsigned long long)d; }
+        else if (a[0] == '-' && a[1]) { fprintf(stderr, "ilpd: unknown option '%s'\n", a); return -1; }
+        else if (!o->text) o->text = a;
+        else { fprintf(stderr, "ilpd: unexpected argument '%s'\n", a); return -1; }
+#undef NEED_VALUE
+    }
+    if (!o->model) {
+        fprintf(stderr, "ilpd: -m MODEL is required\n");
+        return -1;
+    }
+    return 0;
+}
+
+static engine *open_engine(const cli_opts *o) {
+    engine_params p = {.model_path = o->model, .n_ctx = o->n_ctx, .n_threads = o->n_threads, .device = o->device,
+                       .chat_template = o->chat_template, .kv_f16 = o->kv_f16};
+    char err[512];
+    engine *e = engine_open(&p, err, sizeof err);
+    if (!e) fprintf(stderr, "ilpd: %s\n", err);
+    return e;
+}
+
+/* Fills MASK (n_layers bytes) from --layer-mask or --mask; returns 1 when
+ * one was given, 0 when not, -1 when invalid (message printed). */
+static int cli_mask(const cli_opts *o, int n_layers, uint8_t *mask) {
+    if (o->mask_b64) {
+        uint8_t wire[MASK_WIRE_BYTES];
+        if (mask_decode_b64(o->mask_b64, strlen(o->mask_b64), wire) != 0) {
+            fprintf(stderr, "ilpd: --layer-mask must be the base64 of %d bytes of 0/1\n", MASK_WIRE_BYTES);
+            return -1;
+        }
+        mask_from_wire(wire, n_layers, mask);
+        return 1;
+    }
+    if (o->mask_list) {
+        int l = 0;
+        for (const char *s = o->mask_list; *s; s++) {
+            if (*s == ',') continue;
+            if ((*s != '0' && *s != '1') || l >= n_layers) {
+                fprintf(stderr, "ilpd: --mask expects %d comma-separated 0/1 values\n", n_layers);
+                return -1;
+            }
+            mask[l++] = (uint8_t)(*s - '0');
+        }
+        if (l != n_layers) {
+            fprintf(stderr, "ilpd: --mask has %d values, the model has %d layers\n", l, n_layers);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static int print_text(void *ud, const char *text, size_t len) {
+    (void)ud;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static int cmd_generate(const cli_opts *o) {
+    if (!o->prompt) {
+        fprintf(stderr, "ilpd: -p PROMPT is required\n");
+        return 2;
+    }
+    engine *e = open_engine(o);
+    if (!e) return 1;
+    const engine_info *in = engine_get_info(e);
+    int rc = 1;
+    int32_t *tokens = NULL;
+    char err[256];
+    uint8_t mask[ENGINE_MAX_LAYERS];
+    int has_mask = cli_mask(o, in->n_layers, mask);
+    if (has_mask < 0) goto done;
+    int n;
+    if (o->chat) {
+        engine_message msg = {ENGINE_ROLE_USER, o->prompt};
+        n = engine_prompt_build(e, o->system, &msg, 1, &tokens, err, sizeof err);
+    } else {
+        n = engine_tokenize(e, o->prompt, 1, &tokens);
+        snprintf(err, sizeof err, "the prompt could not be tokenized");
+    }
+    if (n < 0) {
+        fprintf(stderr, "ilpd: %s\n", err);
+        goto done;
+    }
+    if (n >= in->n_ctx) {
+        fprintf(stderr, "ilpd: the prompt has %d tokens, which does not fit the context of %d tokens\n", n, in->n_ctx);
+        goto done;
+    }
+    engine_gen_params gp = {.max_tokens = o->n_predict, .temperature = o->temp, .top_p = o->top_p,
+                            .top_k = o->top_k, .seed = o->seed, .stop = o->stop, .n_stop = o->n_stop,
+                            .layer_mask = has_mask ? mask : NULL};
+    engine_callbacks cb = {.on_text = print_text};
+    engine_result res;
+    if (engine_generate(e, tokens, n, &gp, &cb, &res) || res.reason == ENGINE_STOP_ERROR) {
+        fprintf(stderr, "\nilpd: %s\n", res.error);
+        goto done;
+    }
+    log_msg(LOG_INFO, "generated",
+            "%d prompt tokens, %d generated (%s), prefill %.1f ms, %.2f tok/s, KV %zu bytes", n, res.n_generated,
+            engine_stop_reason_name(res.reason), res.prefill_ms,
+            res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0.0, res.kv_bytes);
+    rc = 0;
+done:
+    free(tokens);
+    engine_close(e);
+    return rc;
+}
+
+static int cmd_tokenize(const cli_opts *o) {
+    if (!o->text) {
+        fprintf(stderr, "ilpd: tokenize needs the TEXT argument\n");
+        return 2;
+    }
+    engine *e = open_engine(o);
+    if (!e) return 1;
+    int32_t *tokens = NULL;
+    int n = engine_tokenize(e, o->text, 1, &tokens);
+    if (n < 0) {
+        fprintf(stderr, "ilpd: the text could not be tokenized\n");
+        engine_close(e);
+        return 1;
+    }
+    const engine_info *in = engine_get_info(e);
+    (void)in;
+    int first = 1;
+    for (int i = 0; i < n; i++) {
+        if (o->no_bos && i == 0 && engine_token_is_bos(e, tokens[i])) continue;
+        printf(first ? "%d" : " %d", tokens[i]);
+        first = 0;
+    }
+    printf("\n");
+    free(tokens);
+    engine_close(e);
+    return 0;
+}
+
+static int cmd_inspect(const cli_opts *o) {
+    char err[512];
+    gguf_file *f = gguf_open(o->model, err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "ilpd: %s\n", err);
+        return 1;
+    }
+    engine *e = open_engine(o);
+    if (!e) {
+        gguf_close(f);
+        return 1;
+    }
+    const engine_info *in = engine_get_info(e);
+    printf("file:          %s (GGUF v%u, %llu tensors, %llu metadata keys)\n", o->model, f->version,
+           (unsigned long long)f->n_tensors, (unsigned long long)f->n_kv);
+    printf("name:          %s\n", in->name);
+    printf("architecture:  %s\n", in->arch);
+    printf("layers:        %d\n", in->n_layers);
+    printf("embedding:     %d\n", in->dim);
+    printf("heads:         %d (kv %d, head size %d)\n", in->n_heads, in->n_kv_heads, in->head_dim);
+    printf("ffn:           %d\n", in->ffn_dim);
+    printf("vocab:         %d\n", in->n_vocab);
+    printf("context:       %d (trained %d)\n", in->n_ctx, in->n_ctx_train);
+    printf("weights:       %zu bytes in memory\n", in->weight_bytes);
+    char *tm = gguf_kv_get_str(f, "tokenizer.ggml.model");
+    char *pre = gguf_kv_get_str(f, "tokenizer.ggml.pre");
+    printf("tokenizer:     %s%s%s%s\n", tm ? tm : "?", pre ? " (pre: " : "", pre ? pre : "", pre ? ")" : "");
+    free(tm);
+    free(pre);
+    printf("chat template: %s\n", in->template_family);
+    /* Tensor types, counted. */
+    unsigned long long counts[64] = {0};
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if ((unsigned)f->tensors[i].type < 64) counts[f->tensors[i].type]++;
+    printf("tensor types: ");
+    for (int t = 0; t < 64; t++)
+        if (counts[t]) printf(" %s x%llu", ggml_type_name((ggml_type)t), counts[t]);
+    printf("\n");
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        printf("  %-32.*s %-5s [%llu", (int)t->name.len, t->name.ptr, ggml_type_name(t->type),
+               (unsigned long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims; d++) printf(", %llu", (unsigned long long)t->ne[d]);
+        printf("]\n");
+    }
+    engine_close(e);
+    gguf_close(f);
+    return 0;
+}
+
+static int cmd_logits(const cli_opts *o) {
+    if (!o->tokens || !o->out) {
+        fprintf(stderr, "ilpd: logits needs --tokens and -o\n");
+        return 2;
+    }
+    engine *e = open_engine(o);
+    if (!e) return 1;
+    const engine_info *in = engine_get_info(e);
+    int rc = 1, n = 0;
+    int32_t *ids = malloc((strlen(o->tokens) / 2 + 2) * sizeof *ids);
+    float *logits = NULL;
+    FILE *fp = NULL;
+    uint8_t mask[ENGINE_MAX_LAYERS];
+    int has_mask = cli_mask(o, in->n_layers, mask);
+    if (!ids || has_mask < 0) goto done;
+    for (const char *s = o->tokens; *s;) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v >= in->n_vocab) {
+            fprintf(stderr, "ilpd: --tokens expects ids in [0, %d)\n", in->n_vocab);
+            goto done;
+        }
+        ids[n++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            fprintf(stderr, "ilpd: --tokens expects comma-separated ids\n");
+            goto done;
+        }
+    }
+    logits = malloc((size_t)n * in->n_vocab * sizeof *logits);
+    if (!logits) {
+        fprintf(stderr, "ilpd: out of memory\n");
+        goto done;
+    }
+    if (engine_forward_logits(e, ids, n, has_mask ? mask : NULL, logits)) {
+        fprintf(stderr, "ilpd: forward pass failed (%d tokens, context %d)\n", n, in->n_ctx);
+        goto done;
+    }
+    fp = fopen(o->out, "wb");
+    if (!fp || fwrite(logits, sizeof *logits, (size_t)n * in->n_vocab, fp) != (size_t)n * in->n_vocab) {
+        fprintf(stderr, "ilpd: cannot write %s: %s\n", o->out, strerror(errno));
+        goto done;
+    }
+    rc = 0;
+done:
+    if (fp && fclose(fp)) rc = 1;
+    free(ids);
+    free(logits);
+    engine_close(e);
+    return rc;
+}
+
+int cli_main(int argc, char **argv) {
+    if (argc < 2) return usage();
+    cli_opts o;
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage();
+        return 0;
+    }
+    int known = !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize") || !strcmp(cmd, "inspect") || !strcmp(cmd, "logits");
+    if (!known) {
+        fprintf(stderr, "ilpd: unknown command '%s'\n", cmd);
+        return usage();
+    }
+    log_set_plain(1);
+    if (parse_args(argc, argv, &o)) return 2;
+    if (!strcmp(cmd, "generate")) return cmd_generate(&o);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(&o);
+    return cmd_logits(&o);
+}

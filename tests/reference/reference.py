@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""Numpy reference forward pass for llama and qwen2 GGUF models (the test oracle).
+
+Weights are dequantized with scripts/ilpd_gguf.py exactly as the file defines
+them, then all arithmetic runs in float64, so the only approximation against
+an ideal implementation is the weight format itself.
+
+Model semantics (as llama.cpp defines them for these architectures):
+  x = token_embd[token]
+  per layer (skipped entirely where mask[i] == 0):
+    h = rmsnorm(x) * attn_norm
+    q, k, v = h @ Wq.T (+bq), h @ Wk.T (+bk), h @ Wv.T (+bv)   (biases: qwen2)
+    rope(q), rope(k): llama "normal" mode rotates pairs (2i, 2i+1), qwen2
+      "neox" mode rotates pairs (i, i + n_rot/2); theta_i = base^(-2i/n_rot),
+      divided by rope_freqs.weight[i] when that tensor exists
+    causal GQA attention, softmax(q.k / sqrt(head_dim)); x += attn @ Wo.T
+    h = rmsnorm(x) * ffn_norm; x += (silu(h @ Wg.T) * (h @ Wu.T)) @ Wd.T
+  logits = (rmsnorm(x) * output_norm) @ output.T   (token_embd if output absent)
+
+CLI:
+  /usr/bin/python3 tests/reference/reference.py -m MODEL.gguf --tokens 1,2,3 \
+      [--mask 1,1,0,1] -o OUT.f32
+writes the logits of every position as little-endian float32, row-major
+[n_tokens, vocab].
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import ilpd_gguf  # noqa: E402
+
+ROPE_MODE = {"llama": "norm", "qwen2": "neox"}
+
+
+class Model:
+    """A GGUF llama/qwen2 model held as dequantized float32 weights."""
+
+    def __init__(self, path):
+        self.gguf = ilpd_gguf.Reader(path)
+        kv = self.gguf.kv
+        self.arch = kv["general.architecture"]
+        if self.arch not in ROPE_MODE:
+            raise ValueError("unsupported architecture %r" % self.arch)
+        a = self.arch + "."
+        self.n_layer = kv[a + "block_count"]
+        self.dim = kv[a + "embedding_length"]
+        self.n_head = kv[a + "attention.head_count"]
+        self.n_kv_head = kv.get(a + "attention.head_count_kv", self.n_head)
+        self.head_dim = self.dim // self.n_head
+        self.n_rot = kv.get(a + "rope.dimension_count", self.head_dim)
+        self.eps = kv[a + "attention.layer_norm_rms_epsilon"]
+        self.rope_base = kv.get(a + "rope.freq_base", 10000.0)
+        self._cache = {}
+        self.vocab = self.gguf.tensors["token_embd.weight"][1][1]
+        self.rope_factors = self.weight("rope_freqs.weight")
+
+    def weight(self, name):
+        """Return tensor name as float32 (numpy shape = reversed ne), or None if absent."""
+        if name not in self.gguf.tensors:
+            return None
+        if name not in self._cache:
+            self._cache[name] = self.gguf.tensor(name)
+        return self._cache[name]
+
+    def _rmsnorm(self, x, w):
+        """Return rmsnorm(x) * w over the last axis (float64)."""
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def _rope(self, x, pos):
+        """Return x [n, heads, head_dim] with rotary embedding applied at positions pos."""
+        half = self.n_rot // 2
+        theta = self.rope_base ** (-2.0 * np.arange(half) / self.n_rot)
+        if self.rope_factors is not None:
+            theta = theta / self.rope_factors.astype(np.float64)
+        ang = pos[:, None].astype(np.float64) * theta[None, :]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        out = x.copy()
+        if ROPE_MODE[self.arch] == "norm":
+            x0, x1 = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]
+            out[..., 0:self.n_rot:2] = x0 * cos - x1 * sin
+            out[..., 1:self.n_rot:2] = x0 * sin + x1 * cos
+        else:
+            x0, x1 = x[..., :half], x[..., half:self.n_rot]
+            out[..., :half] = x0 * cos - x1 * sin
+            out[..., half:self.n_rot] = x0 * sin + x1 * cos
+        return out
+
+    def _linear(self, h, name):
+        """Return h @ W.T (+ bias when the file has one), float64."""
+        y = h @ self.weight(name + ".weight").T.astype(np.float64)
+        b = self.weight(name + ".bias")
+        return y if b is None else y + b
+
+    def _attention(self, h, p, pos):
+        """Return the attention block output for normed input h [n, dim] of layer prefix p."""
+        n = len(h)
+        q = self._linear(h, p + "attn_q").reshape(n, self.n_head, self.head_dim)
+        k = self._linear(h, p + "attn_k").reshape(n, self.n_kv_head, self.head_dim)
+        v = self._linear(h, p + "attn_v").reshape(n, self.n_kv_head, self.head_dim)
+        q, k = self._rope(q, pos), self._rope(k, pos)
+        group = self.n_head // self.n_kv_head
+        k = np.repeat(k, group, axis=1)                      # head h uses kv head h // group
+        v = np.repeat(v, group, axis=1)
+        scores = np.einsum("ihd,jhd->hij", q, k) / np.sqrt(self.head_dim)
+        scores = np.where(np.tril(np.ones((n, n), dtype=bool))[None], scores, -np.inf)
+        scores -= scores.max(axis=-1, keepdims=True)
+        prob = np.exp(scores)
+        prob /= prob.sum(axis=-1, keepdims=True)
+        out = np.einsum("hij,jhd->ihd", prob, v).reshape(n, self.dim)
+        return self._linear(out, p + "attn_output")
+
+    def _ffn(self, h, p):
+        """Return the SwiGLU FFN output for normed input h of layer prefix p."""
+        g = self._linear(h, p + "ffn_gate")
+        u = self._linear(h, p + "ffn_up")
+        return self._linear(g / (1.0 + np.exp(-g)) * u, p + "ffn_down")
+
+    def forward(self, tokens, mask=None):
+        """Return float64 logits [len(tokens), vocab] for one sequence starting at position 0.
+
+        mask: optional per-layer list of 0/1; a 0 layer is skipped entirely.
+        """
+        if mask is None:
+            mask = [1] * self.n_layer
+        if len(mask) != self.n_layer:
+            raise ValueError("mask has %d entries, model has %d layers" % (len(mask), self.n_layer))
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if tokens.min() < 0 or tokens.max() >= self.vocab:
+            raise ValueError("token id out of range [0, %d)" % self.vocab)
+        pos = np.arange(len(tokens))
+        x = self.weight("token_embd.weight")[tokens].astype(np.float64)
+        for i in range(self.n_layer):
+            if not mask[i]:
+                continue
+            p = "blk.%d." % i
+            x = x + self._attention(self._rmsnorm(x, self.weight(p + "attn_norm.weight")), p, pos)
+            x = x + self._ffn(self._rmsnorm(x, self.weight(p + "ffn_norm.weight")), p)
+        x = self._rmsnorm(x, self.weight("output_norm.weight"))
+        head = self.weight("output.weight")
+        if head is None:
+            head = self.weight("token_embd.weight")
+        return x @ head.T.astype(np.float64)
+
+    def greedy(self, tokens, n_steps, mask=None):
+        """Return (generated ids, chosen logits): n_steps of argmax decoding after tokens."""
+        seq = list(tokens)
+        ids, chosen = [], []
+        for _ in range(n_steps):
+            last = self.forward(seq, mask)[-1]
+            t = int(np.argmax(last))
+            ids.append(t)
+            chosen.append(float(last[t]))
+            seq.append(t)
+        return ids, chosen
+
+
+def _int_list(s):
+    """Return the comma-separated integers in s as a list."""
+    return [int(v) for v in s.split(",") if v.strip()]
+
+
+def main(argv=None):
+    """CLI entry point; returns the process exit code."""
+    ap = argparse.ArgumentParser(description="numpy reference forward pass")
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("--tokens", required=True, help="comma-separated token ids")
+    ap.add_argument("--mask", default=None, help="comma-separated 0/1 per layer")
+    ap.add_argument("-o", "--output", required=True, help="float32 logits [n_tokens, vocab]")
+    a = ap.parse_args(argv)
+    model = Model(a.model)
+    mask = _int_list(a.mask) if a.mask else None
+    logits = model.forward(_int_list(a.tokens), mask)
+    logits.astype("<f4").tofile(a.output)
+    print("reference: %d x %d logits -> %s (argmax of last row %d)"
+          % (logits.shape[0], logits.shape[1], a.output, int(np.argmax(logits[-1]))),
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""Malformed GGUF files are refused with a clear message and exit code 1.
+
+Every case runs `ilpd inspect -m FILE` and expects: exit status 1, the file
+name and the expected problem in stderr, and no sanitizer report.
+"""
+
+import os
+import struct
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+import make_synthetic  # noqa: E402
+
+ILPD = os.environ.get("ILPD", "./ilpd")
+TMP = os.environ.get("TESTS_TMP", "/tmp")
+failed = 0
+
+
+def report(ok, name, why=""):
+    global failed
+    if ok:
+        print("ok - " + name)
+    else:
+        failed += 1
+        print("not ok - %s: %s" % (name, why))
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv_u32(key, v):
+    return gstr(key) + struct.pack("<II", 4, v)
+
+
+def tensor_info(name, dims, ttype, offset):
+    return gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + \
+        struct.pack("<IQ", ttype, offset)
+
+
+def handmade(magic=b"GGUF", version=3, n_tensors=1, n_kv=1, kvs=None, infos=None, data=b"\0" * 64, pad=True):
+    """A tiny GGUF with one kv and one F32 tensor [4, 2] unless overridden."""
+    kvs = kvs if kvs is not None else kv_u32("general.alignment", 32)
+    infos = infos if infos is not None else tensor_info("t", [4, 2], 0, 0)
+    head = magic + struct.pack("<IQQ", version, n_tensors, n_kv) + kvs + infos
+    if pad:
+        head += b"\0" * ((32 - len(head) % 32) % 32)
+    return head + data
+
+
+def expect_refused(name, content, needle):
+    path = os.path.join(TMP, "bad-%s.gguf" % name.replace(" ", "_").replace("/", "_"))
+    with open(path, "wb") as f:
+        f.write(content)
+    p = subprocess.run([ILPD, "inspect", "-m", path], capture_output=True, text=True, timeout=60)
+    err = p.stderr
+    sanitizer = "Sanitizer" in err or "runtime error" in err
+    ok = p.returncode == 1 and path in err and needle.lower() in err.lower() and not sanitizer
+    report(ok, "malformed GGUF refused: " + name,
+           "exit %d, stderr %r (wanted %r)" % (p.returncode, err.strip()[-300:], needle))
+    os.remove(path)
+
+
+def main():
+    # Sanity: the handmade base file parses as GGUF (it then fails as a model, not as a file).
+    expect_refused("handmade valid file but not a model", handmade(), "general.architecture")
+    expect_refused("wrong magic", handmade(magic=b"GGUX"), "bad magic")
+    expect_refused("empty file", b"", "truncated")
+    expect_refused("version 99", handmade(version=99), "version")
+    expect_refused("absurd tensor count", handmade(n_tensors=1 << 60), "tensor count")
+    expect_refused("absurd metadata count", handmade(n_kv=1 << 60), "metadata count")
+    expect_refused("absurd key length", handmade(kvs=struct.pack("<Q", 1 << 62) + b"x" * 8), "truncated")
+    expect_refused("unknown metadata type", handmade(kvs=gstr("a.b") + struct.pack("<I", 77)), "unknown type")
+    expect_refused("absurd array length",
+                   handmade(kvs=gstr("a.b") + struct.pack("<IIQ", 9, 4, 1 << 61)), "past the end")
+    expect_refused("absurd string array",
+                   handmade(kvs=gstr("a.b") + struct.pack("<IIQ", 9, 8, 1 << 40)), "past the end")
+    expect_refused("string past the end",
+                   handmade(kvs=gstr("a.b") + struct.pack("<IQ", 8, 1 << 20)), "truncated")
+    expect_refused("too many dimensions", handmade(infos=tensor_info("t", [1, 1, 1, 1, 1], 0, 0)), "dimensions")
+    expect_refused("zero dimension", handmade(infos=tensor_info("t", [4, 0], 0, 0)), "absurd shape")
+    expect_refused("absurd dimensions", handmade(infos=tensor_info("t", [1 << 40, 1 << 40], 0, 0)), "absurd shape")
+    expect_refused("unknown tensor type", handmade(infos=tensor_info("t", [4, 2], 99, 0)), "unsupported type")
+    expect_refused("unsupported tensor type Q4_1", handmade(infos=tensor_info("t", [32, 2], 3, 0)), "unsupported type")
+    expect_refused("offset past the end", handmade(infos=tensor_info("t", [4, 2], 0, 1 << 20)), "past the end")
+    expect_refused("misaligned offset", handmade(infos=tensor_info("t", [4, 2], 0, 4)), "aligned")
+    expect_refused("data past the end", handmade(infos=tensor_info("t", [64, 64], 0, 0)), "past the end")
+    expect_refused("Q8_0 row not a block multiple", handmade(infos=tensor_info("t", [33, 2], 8, 0)), "multiple")
+    expect_refused("bad alignment value", handmade(kvs=kv_u32("general.alignment", 3)), "alignment")
+    expect_refused("duplicate tensor",
+                   handmade(n_tensors=2, infos=tensor_info("t", [4, 2], 0, 0) + tensor_info("t", [4, 2], 0, 32)),
+                   "duplicate")
+
+    # A real model truncated at many offsets: the header, the tables, the data.
+    model = os.path.join(TMP, "trunc-base.gguf")
+    make_synthetic.make_model(model, type="F16", layers=2, dim=64, heads=4, kv_heads=2, ffn=128, vocab=300, ctx=64)
+    full = open(model, "rb").read()
+    cuts = sorted(set([0, 1, 4, 7, 8, 12, 16, 20, 23, 24, 25, 40, 100, 1000, 3000, 5000] +
+                      [len(full) * k // 37 for k in range(1, 37)] + [len(full) - 1]))
+    bad = 0
+    for cut in cuts:
+        path = os.path.join(TMP, "trunc.gguf")
+        with open(path, "wb") as f:
+            f.write(full[:cut])
+        p = subprocess.run([ILPD, "inspect", "-m", path], capture_output=True, text=True, timeout=60)
+        sanitizer = "Sanitizer" in p.stderr or "runtime error" in p.stderr
+        if p.returncode != 1 or path not in p.stderr or sanitizer:
+            bad += 1
+            if bad == 1:
+                first = "cut at %d: exit %d, %r" % (cut, p.returncode, p.stderr.strip()[-200:])
+    report(bad == 0, "truncated model refused at %d offsets" % len(cuts), first if bad else "")
+    p = subprocess.run([ILPD, "inspect", "-m", model], capture_output=True, text=True)
+    report(p.returncode == 0, "untruncated model accepted", p.stderr.strip()[-200:])
+    p = subprocess.run([ILPD, "inspect", "-m", os.path.join(TMP, "does-not-exist.gguf")], capture_output=True, text=True)
+    report(p.returncode == 1 and "does-not-exist.gguf" in p.stderr and "cannot open" in p.stderr,
+           "missing model file refused", p.stderr.strip())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

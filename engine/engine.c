@@ -7,11 +7,15 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <dirent.h>
+
 #include "backend.h"
 #include "chat.h"
+#include "probe_features.h"
 #include "gguf.h"
 #include "log.h"
 #include "model.h"
+#include "probe.h"
 #include "sampler.h"
 #include "textout.h"
 #include "tokenizer.h"
@@ -28,6 +32,11 @@ struct engine {
     engine_info info;
     char *name;
     char bos_text[64], eos_text[64];
+    probe probe;
+    int probe_loaded, layer_skip;
+    char *probe_path;
+    float hint_max_deviation;
+    int kv_fail_request, n_requests;
 };
 
 static double now_ms(void) {
@@ -62,6 +71,67 @@ static kb_backend *backend_create(const engine_params *p, char *err, size_t errl
     kb_backend *kb = kb_cpu_create(p->n_threads);
     if (!kb) snprintf(err, errlen, "cannot create the CPU backend (out of memory or threads)");
     return kb;
+}
+
+const char *engine_model_sha256(engine *e) {
+    char err[256];
+    if (!e->info.model_sha256[0] && probe_file_sha256(e->info.path, e->info.model_sha256, err, sizeof err)) {
+        log_msg(LOG_WARN, "model_hash", "%s", err);
+        e->info.model_sha256[0] = 0;
+        return NULL;
+    }
+    return e->info.model_sha256;
+}
+
+/* Tries the probe file PATH; EXPLICIT makes a mismatch a warning rather than
+ * a debug line. Returns 1 when it was loaded. */
+static int probe_try(engine *e, const char *path, int explicit) {
+    char err[512];
+    probe p;
+    if (probe_load(&p, path, err, sizeof err)) {
+        log_msg(LOG_WARN, "probe_refused", "%s", err);
+        return 0;
+    }
+    const char *sha = engine_model_sha256(e);
+    if (!sha || strcmp(sha, p.model_sha256) || p.n_layers != e->info.n_layers) {
+        log_msg(explicit ? LOG_WARN : LOG_DEBUG, "probe_refused",
+                "%s: probe is for model sha256 %.12s… (%d layers), not this model (%.12s…, %d layers): layer skipping off",
+                path, p.model_sha256, p.n_layers, sha ? sha : "?", e->info.n_layers);
+        probe_free(&p);
+        return 0;
+    }
+    e->probe = p;
+    e->probe_loaded = 1;
+    e->probe_path = strdup(path);
+    e->info.probe_loaded = e->probe_path != NULL;
+    e->info.probe_path = e->probe_path;
+    e->info.probe_k = p.k;
+    log_msg(LOG_INFO, "probe_loaded", "%s: k=%d, %d candidate layers, threshold %.2f, confidence floor %.2f", path,
+            p.k, p.n_cand, p.threshold, p.floor);
+    return e->info.probe_loaded;
+}
+
+/* Finds the probe for the loaded model: the explicit file, or the first
+ * file in the folder whose model hash matches. */
+static void probe_find(engine *e, const engine_params *p) {
+    if (!p->layer_skip) return;
+    if (p->probe_path) {
+        probe_try(e, p->probe_path, 1);
+        return;
+    }
+    if (!p->probe_dir) return;
+    DIR *d = opendir(p->probe_dir);
+    if (!d) return;
+    struct dirent *de;
+    char path[4096];
+    while (!e->probe_loaded && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n < 6 || strcmp(de->d_name + n - 5, ".json")) continue;
+        snprintf(path, sizeof path, "%s/%s", p->probe_dir, de->d_name);
+        probe_try(e, path, 0);
+    }
+    closedir(d);
+    if (!e->probe_loaded) log_msg(LOG_INFO, "probe_none", "no probe in %s matches this model: layer skipping off", p->probe_dir);
 }
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen) {
@@ -126,6 +196,12 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->ffn_dim = m->ffn_dim;
     in->weight_bytes = m->weights_bytes;
     for (int l = 0; l < m->n_layers; l++) in->layer_bytes[l] = m->layers[l].bytes;
+    in->head_bytes = m->output.nbytes + m->output_norm.nbytes;
+    in->probe_k = probe_default_k(m->n_layers);
+    e->hint_max_deviation = p->hint_max_deviation > 0 ? p->hint_max_deviation : 0.15f;
+    e->kv_fail_request = p->kv_fail_request;
+    e->layer_skip = p->layer_skip;
+    probe_find(e, p);
     return e;
 oom:
     snprintf(err, errlen, "%s: out of memory", p->model_path);
@@ -142,6 +218,8 @@ void engine_close(engine *e) {
     }
     tok_vocab_free(e->vocab);
     gguf_close(e->gguf);
+    probe_free(&e->probe);
+    free(e->probe_path);
     free(e->name);
     free(e);
 }
@@ -220,6 +298,15 @@ done:
     return n;
 }
 
+const char *engine_layer_status_name(engine_layer_status s) {
+    switch (s) {
+    case ENGINE_LAYERS_FULL: return "full";
+    case ENGINE_LAYERS_ACTIVE: return "active";
+    case ENGINE_LAYERS_OFF: break;
+    }
+    return "off";
+}
+
 const char *engine_stop_reason_name(engine_stop_reason r) {
     switch (r) {
     case ENGINE_STOP_EOS: return "end_turn";
@@ -249,17 +336,115 @@ int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t
 
 static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }
 
-/* Runs the prompt through every computed layer, layer by layer, reporting
- * progress and checking the cancel flag between layers. Returns 0 or 1
- * when cancelled. */
-static int prefill(engine *e, model_state *st, const int32_t *prompt, int n, const engine_gen_params *gp,
-                   const engine_callbacks *cb) {
+/* Runs layers [l0, l1) over the N prompt rows, one layer at a time,
+ * reporting progress and checking the cancel flag between layers. Returns
+ * 0, or 1 when cancelled. */
+static int prefill_layers(engine *e, model_state *st, int n, int l0, int l1, const engine_gen_params *gp,
+                          const engine_callbacks *cb) {
     const model *m = &e->model;
-    model_embed(m, e->kb, st, prompt, n);
-    for (int l = 0; l < m->n_layers; l++) {
+    for (int l = l0; l < l1; l++) {
         if (cancelled(gp)) return 1;
         model_forward_layers(m, e->kb, st, n, 0, l, l + 1);
-        if (cb->on_progress) cb->on_progress(cb->ud, (l + 1) * n, m->n_layers * n);
+        if (cb && cb->on_progress) cb->on_progress(cb->ud, (l + 1) * n, m->n_layers * n);
+    }
+    return 0;
+}
+
+/* After the prompt's rows went through layers 0..k-1 (the residual stream
+ * holds layer k's input), fills the probe's statistics. NORMS holds the
+ * mean norms measured so far. Uses LOGITS as scratch. Returns 0 or -1. */
+static int probe_measure(engine *e, model_state *st, int n, probe_stats *ps, float *logits) {
+    const model *m = &e->model;
+    float *host = malloc((size_t)n * m->dim * sizeof *host);
+    if (!host) return -1;
+    e->kb->to_host(e->kb, host, st->x, (size_t)n * m->dim * sizeof *host);
+    ps->norm[ps->k] = probe_mean_norm(host, n, m->dim);
+    probe_cos_stats(host, n, m->dim, &ps->cos_mean, &ps->cos_std);
+    free(host);
+    model_logits(m, e->kb, st, n - 1, 1, logits);
+    probe_sharpness(logits, m->n_vocab, &ps->maxprob, &ps->entropy);
+    ps->n_tokens = n;
+    return 0;
+}
+
+/* Runs layers 0..k-1 over the embedded prompt rows, measuring the mean
+ * norm before each of them; then the rest of probe_measure. */
+static int probe_prefill(engine *e, model_state *st, int n, int k, probe_stats *ps, float *logits,
+                         const engine_gen_params *gp, const engine_callbacks *cb) {
+    const model *m = &e->model;
+    float *host = malloc((size_t)n * m->dim * sizeof *host);
+    if (!host) return -1;
+    memset(ps, 0, sizeof *ps);
+    ps->k = k;
+    for (int l = 0; l < k; l++) {
+        e->kb->to_host(e->kb, host, st->x, (size_t)n * m->dim * sizeof *host);
+        ps->norm[l] = probe_mean_norm(host, n, m->dim);
+        if (prefill_layers(e, st, n, l, l + 1, gp, cb)) {
+            free(host);
+            return 1;
+        }
+    }
+    free(host);
+    return probe_measure(e, st, n, ps, logits);
+}
+
+int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features) {
+    const model *m = &e->model;
+    int k = e->info.probe_k;
+    model_state st;
+    probe_stats ps;
+    char err[256];
+    uint8_t mask[ENGINE_MAX_LAYERS] = {0};
+    if (n < 1 || n > e->info.n_ctx) return -1;
+    for (int l = 0; l < k; l++) mask[l] = 1;
+    float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
+    if (!logits) return -1;
+    int rc = model_state_init(&st, m, e->kb, n, n, mask, e->kv_type, err, sizeof err);
+    if (rc == 0) {
+        model_embed(m, e->kb, &st, tokens, n);
+        rc = probe_prefill(e, &st, n, k, &ps, logits, &(engine_gen_params){0}, NULL) ? -1 : 0;
+        if (rc == 0) probe_features_make(&ps, features);
+        model_state_free(&st, e->kb);
+    }
+    free(logits);
+    return rc;
+}
+
+/* Decides the request's mask before its prompt runs past layer k: a forced
+ * mask as given; otherwise the probe's (after layers 0..k-1 ran, when a
+ * probe is loaded) or full depth, reconciled with the client's hint. */
+static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_gen_params *gp,
+                       const engine_callbacks *cb, float *logits, engine_result *res) {
+    const model *m = &e->model;
+    int L = m->n_layers, k = e->info.probe_k;
+    uint8_t server[ENGINE_MAX_LAYERS], final[ENGINE_MAX_LAYERS];
+    memset(server, 1, (size_t)L);
+    res->hint_status = HINT_ABSENT;
+    if (gp->layer_mask) {
+        memcpy(final, gp->layer_mask, (size_t)L);
+    } else {
+        if (e->probe_loaded) {
+            probe_stats ps;
+            float features[PROBE_N_FEATURES];
+            probe_decision d;
+            int rc = probe_prefill(e, st, n_prompt, k, &ps, logits, gp, cb);
+            if (rc) return rc;
+            probe_features_make(&ps, features);
+            probe_decide(&e->probe, features, server, &d);
+            res->probe_confidence = d.confidence;
+        }
+        res->hint_status = hint_reconcile(server, gp->hint, gp->hint_invalid, L, k, e->hint_max_deviation, final);
+        if (res->hint_status == HINT_OVERRIDDEN)
+            log_msg(LOG_INFO, "hint_overridden", "a layer hint differing from the server's mask in more than %.0f%% of the layers was overridden",
+                    e->hint_max_deviation * 100);
+    }
+    for (int l = 0; l < L; l++) res->n_skipped += !final[l];
+    res->layer_status = !e->probe_loaded ? ENGINE_LAYERS_OFF : res->n_skipped ? ENGINE_LAYERS_ACTIVE : ENGINE_LAYERS_FULL;
+    memcpy(res->mask, final, (size_t)L);
+    char err[256];
+    if (model_state_set_mask(st, m, e->kb, final, err, sizeof err)) {
+        snprintf(res->error, sizeof res->error, "%s", err);
+        return -1;
     }
     return 0;
 }
@@ -289,11 +474,12 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
     /* The KV cache holds the prompt and the answer, never more than the context. */
     long long need = (long long)n_prompt + gp->max_tokens;
     int n_ctx = need < e->info.n_ctx ? (int)need : e->info.n_ctx;
+    int k = e->info.probe_k, probing = !gp->layer_mask && e->probe_loaded;
 
     model_state st;
     sampler sm;
     textout out;
-    int have_state = 0, have_sampler = 0;
+    int have_state = 0, have_sampler = 0, rc;
     float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
     char *piece = malloc(PIECE_MAX);
     textout_init(&out, gp->stop, gp->n_stop);
@@ -301,7 +487,17 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
         snprintf(res->error, sizeof res->error, "out of memory");
         goto error;
     }
-    if (model_state_init(&st, m, e->kb, n_ctx, n_prompt, gp->layer_mask, e->kv_type, res->error, sizeof res->error)) {
+    /* While the probe has not decided, only layers 0..k-1 get a KV cache. */
+    uint8_t first[ENGINE_MAX_LAYERS];
+    for (int l = 0; l < m->n_layers; l++) first[l] = probing ? l < k : 1;
+    if (gp->layer_mask) memcpy(first, gp->layer_mask, (size_t)m->n_layers);
+    e->n_requests++;
+    if (e->kv_fail_request && e->n_requests == e->kv_fail_request) {
+        snprintf(res->error, sizeof res->error, "out of memory for the KV cache (simulated for testing)");
+        res->retryable = 0;
+        goto error;
+    }
+    if (model_state_init(&st, m, e->kb, n_ctx, n_prompt, first, e->kv_type, res->error, sizeof res->error)) {
         res->retryable = 0;
         goto error;
     }
@@ -311,11 +507,16 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
         goto error;
     }
     have_sampler = 1;
-    memcpy(res->mask, st.mask, (size_t)m->n_layers);
+    model_embed(m, e->kb, &st, prompt, n_prompt);
+    rc = decide_mask(e, &st, n_prompt, gp, cb, logits, res);
+    if (rc > 0) goto cancel;
+    if (rc < 0) {
+        res->retryable = 0;
+        goto error;
+    }
     res->kv_bytes = st.kv_bytes;
-    if (cb->on_start && cb->on_start(cb->ud, st.mask, m->n_layers)) goto cancel;
-
-    if (prefill(e, &st, prompt, n_prompt, gp, cb)) goto cancel;
+    if (cb->on_start && cb->on_start(cb->ud, res->mask, m->n_layers)) goto cancel;
+    if (prefill_layers(e, &st, n_prompt, probing ? k : 0, m->n_layers, gp, cb)) goto cancel;
     model_logits(m, e->kb, &st, n_prompt - 1, 1, logits);
     res->prefill_ms = now_ms() - t0;
 
@@ -332,7 +533,7 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
         int len = tok_piece(e->vocab, tok, piece, PIECE_MAX);
         const char *emit;
         size_t emit_len;
-        int rc = textout_push(&out, piece, len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0), &emit, &emit_len);
+        rc = textout_push(&out, piece, len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0), &emit, &emit_len);
         if (rc < 0) {
             snprintf(res->error, sizeof res->error, "out of memory");
             goto error;

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hint.h"
+
 #define ENGINE_MAX_LAYERS 256
 
 typedef struct engine engine;
@@ -31,7 +33,19 @@ typedef struct {
     engine_device device;
     const char *chat_template; /* family name overriding the model's, or NULL */
     int kv_f16;                /* 1: KV cache in F16, 0: F32 */
+    int layer_skip;            /* 1: use a probe when one matches the model; 0: never skip on our own */
+    const char *probe_path;    /* a probe file to use, or NULL to search probe_dir */
+    const char *probe_dir;     /* folder of probe files (*.json) matched by the model's SHA-256, or NULL */
+    float hint_max_deviation;  /* fraction of layers a hint may change (design §3; 0.15) */
+    int kv_fail_request;       /* testing: the KV allocation of the N-th generation fails (0: never) */
 } engine_params;
+
+/* What the layer-skipping machinery did for a request (x-layer-status). */
+typedef enum {
+    ENGINE_LAYERS_OFF,    /* no probe for this model, or skipping disabled */
+    ENGINE_LAYERS_FULL,   /* skipping on, but every layer ran */
+    ENGINE_LAYERS_ACTIVE, /* at least one layer skipped */
+} engine_layer_status;
 
 typedef struct {
     const char *name;          /* general.name, or the file's base name */
@@ -43,6 +57,11 @@ typedef struct {
     int n_layers, n_ctx, n_ctx_train, n_vocab, dim, n_heads, n_kv_heads, head_dim, ffn_dim;
     size_t weight_bytes;       /* bytes of weights held in memory */
     size_t layer_bytes[ENGINE_MAX_LAYERS]; /* weight bytes of each layer */
+    size_t head_bytes;         /* weight bytes of the output head (read every token) */
+    int probe_k;               /* layers that always run before the probe decides */
+    int probe_loaded;          /* 1 when a probe matched the model and skipping is on */
+    const char *probe_path;    /* the probe in use, or NULL */
+    char model_sha256[65];     /* "" unless computed (probe search or calibration) */
 } engine_info;
 
 typedef enum { ENGINE_ROLE_SYSTEM, ENGINE_ROLE_USER, ENGINE_ROLE_ASSISTANT } engine_role;
@@ -69,7 +88,9 @@ typedef struct {
     uint64_t seed;
     const char *const *stop;    /* stop strings (non-empty) */
     int n_stop;
-    const uint8_t *layer_mask;  /* n_layers bytes, or NULL for every layer */
+    const uint8_t *layer_mask;  /* forced mask (n_layers bytes) bypassing probe and hint, or NULL */
+    const uint8_t *hint;        /* the client's hint per layer (n_layers bytes), or NULL when absent */
+    int hint_invalid;           /* a hint header was sent but could not be decoded */
     const atomic_int *cancel;   /* checked every token (and every layer of prefill); may be NULL */
 } engine_gen_params;
 
@@ -92,6 +113,10 @@ typedef struct {
     double ttft_ms, total_ms, prefill_ms;
     size_t kv_bytes;            /* KV cache bytes this request held */
     uint8_t mask[ENGINE_MAX_LAYERS]; /* the mask used */
+    engine_layer_status layer_status;
+    hint_status hint_status;
+    float probe_confidence;     /* when the probe ran */
+    int n_skipped;              /* layers skipped */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
     char error[256];
 } engine_result;
@@ -127,6 +152,15 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
  * (NULL = all layers) and writes the logits of every position to LOGITS
  * (n * n_vocab floats). Used by tests and tools. Returns 0 or -1. */
 int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t *mask, float *logits);
+
+/* Runs layers 0..k-1 over the prompt TOKENS and writes the probe's
+ * PROBE_N_FEATURES features (probe/features.h) into FEATURES. Returns 0 or -1. */
+int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features);
+/* Computes (once) and returns the hex SHA-256 of the model file, or NULL. */
+const char *engine_model_sha256(engine *e);
+
+/* "off", "full", "active". */
+const char *engine_layer_status_name(engine_layer_status s);
 
 /* Human-readable name of a stop reason ("end_turn", "max_tokens", ...). */
 const char *engine_stop_reason_name(engine_stop_reason r);

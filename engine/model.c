@@ -276,11 +276,31 @@ static void kv_release(model_state *s, kb_backend *kb, int l) {
     s->kv[l].k = s->kv[l].v = NULL;
 }
 
+/* Allocates the KV cache of layer L; 0 or -1 with err set. */
+static int kv_alloc(model_state *s, const model *m, kb_backend *kb, int l, char *err, size_t errlen) {
+    kb_kv *kv = &s->kv[l];
+    size_t bytes = kb_kv_bytes(s->kv_type, s->n_ctx, m->kv_dim);
+    kv->type = s->kv_type;
+    kv->n_ctx = s->n_ctx;
+    kv->kv_dim = m->kv_dim;
+    kv->k = kb->alloc(kb, bytes);
+    kv->v = kv->k ? kb->alloc(kb, bytes) : NULL;
+    if (!kv->k || !kv->v) {
+        kb->free(kb, kv->k);
+        kv->k = NULL;
+        snprintf(err, errlen, "out of memory for the KV cache of layer %d (%zu bytes)", l, 2 * bytes);
+        return -1;
+    }
+    s->kv_bytes += 2 * bytes;
+    return 0;
+}
+
 int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
                      kb_kv_type kv_type, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     s->n_layers = m->n_layers;
     s->n_ctx = n_ctx;
+    s->kv_type = kv_type;
     s->max_rows = max_rows < 1 ? 1 : max_rows;
     s->chunk = s->max_rows < MODEL_CHUNK ? s->max_rows : MODEL_CHUNK;
     s->mask = malloc((size_t)m->n_layers);
@@ -301,21 +321,8 @@ int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, 
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->logits) goto oom;
     int widest = m->ffn_dim > wide ? m->ffn_dim : wide;
     if (kb->reserve(kb, widest, n_ctx)) goto oom;
-    for (int l = 0; l < m->n_layers; l++) {
-        if (!s->mask[l]) continue;
-        kb_kv *kv = &s->kv[l];
-        size_t bytes = kb_kv_bytes(kv_type, n_ctx, m->kv_dim);
-        kv->type = kv_type;
-        kv->n_ctx = n_ctx;
-        kv->kv_dim = m->kv_dim;
-        kv->k = kb->alloc(kb, bytes);
-        kv->v = kb->alloc(kb, bytes);
-        if (!kv->k || !kv->v) {
-            snprintf(err, errlen, "out of memory for the KV cache of layer %d (%zu bytes)", l, 2 * bytes);
-            goto fail;
-        }
-        s->kv_bytes += 2 * bytes;
-    }
+    for (int l = 0; l < m->n_layers; l++)
+        if (s->mask[l] && kv_alloc(s, m, kb, l, err, errlen)) goto fail;
     return 0;
 oom:
     snprintf(err, errlen, "out of memory for the request state (%d positions)", n_ctx);
@@ -333,12 +340,12 @@ void model_state_free(model_state *s, kb_backend *kb) {
     memset(s, 0, sizeof *s);
 }
 
-int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const uint8_t *mask) {
-    for (int l = 0; l < m->n_layers; l++)
-        if (mask[l] && !s->kv[l].k) return -1;
+int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const uint8_t *mask, char *err,
+                         size_t errlen) {
     for (int l = 0; l < m->n_layers; l++) {
         s->mask[l] = mask[l] != 0;
         if (!s->mask[l]) kv_release(s, kb, l);
+        else if (!s->kv[l].k && kv_alloc(s, m, kb, l, err, errlen)) return -1;
     }
     return 0;
 }

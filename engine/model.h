@@ -46,6 +46,7 @@ void model_free(model *m, kb_backend *kb);
  * computed layers. */
 typedef struct {
     int n_layers, n_ctx, max_rows, chunk;
+    kb_kv_type kv_type;
     uint8_t *mask;          /* n_layers bytes */
     kb_kv *kv;              /* per layer; k and v NULL for a skipped layer */
     size_t kv_bytes;
@@ -60,10 +61,11 @@ typedef struct {
 int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
                      kb_kv_type kv_type, char *err, size_t errlen);
 void model_state_free(model_state *s, kb_backend *kb);
-/* Changes the mask of layers that have not run yet (the probe's decision);
- * frees the KV cache of newly skipped layers. Layers turned on must already
- * have a cache. Returns 0 or -1. */
-int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const uint8_t *mask);
+/* Changes the mask for the layers that have not run yet (the probe's
+ * decision): frees the KV cache of skipped layers and allocates it for
+ * layers turned on. Returns 0, or -1 (out of memory, err set). */
+int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const uint8_t *mask, char *err,
+                         size_t errlen);
 
 /* Embeds TOKENS into rows 0..n-1 of the residual stream. */
 void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n);

@@ -1,0 +1,65 @@
+/* probe.h - the Layer Confidence Probe: a calibrated predictor of which
+ * later layers a request can skip.
+ *
+ * Candidates are the layers K..n-2, ranked at calibration from the least to
+ * the most needed (at most PROBE_MAX_CANDIDATES of them). For rank j a
+ * logistic regression over the standardised features gives s_j, the
+ * probability that the first j+1 ranked layers can all be skipped (made
+ * non-increasing in j); 1 - s_j is the probability that layer cand[j] is
+ * needed, and it is skipped when that is below the threshold and every
+ * lower-ranked candidate is skipped too. Parameters: n_cand * (features+1)
+ * <= 256. Confidence is the mean of |2 s_j - 1|: how far from a coin flip
+ * the predictor is. Below the floor, or with a feature more than z_max
+ * standard deviations from the calibration mean, the request runs at full
+ * depth.
+ */
+#ifndef ILPD_PROBE_H
+#define ILPD_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "probe_features.h"
+
+#define PROBE_MAX_PARAMS 256
+#define PROBE_MAX_CANDIDATES (PROBE_MAX_PARAMS / (PROBE_N_FEATURES + 1))
+#define PROBE_MAX_LAYERS 256
+
+typedef struct {
+    char model_sha256[65];
+    int n_layers, k, n_cand;
+    float mean[PROBE_N_FEATURES], std[PROBE_N_FEATURES];
+    int cand[PROBE_MAX_CANDIDATES];                 /* layer of each rank */
+    float w[PROBE_MAX_CANDIDATES][PROBE_N_FEATURES];
+    float b[PROBE_MAX_CANDIDATES];
+    float threshold, floor, z_max;
+    char *metrics_json;                             /* calibration metrics, kept verbatim (owned) */
+} probe;
+
+typedef enum { PROBE_DECIDED_FULL, PROBE_DECIDED_SKIP } probe_outcome;
+
+typedef struct {
+    probe_outcome outcome;
+    float confidence;
+    int in_range;
+    int n_skipped;
+    float needed[PROBE_MAX_CANDIDATES];             /* 1 - s_j per rank */
+} probe_decision;
+
+/* The default K for a model of N_LAYERS: 3, fewer for shallow models. */
+int probe_default_k(int n_layers);
+
+/* Loads a probe file. Returns 0, or -1 with "PATH: problem" in err. */
+int probe_load(probe *p, const char *path, char *err, size_t errlen);
+/* Writes P as JSON to PATH; returns 0 or -1 with err set. */
+int probe_save(const probe *p, const char *path, char *err, size_t errlen);
+void probe_free(probe *p);
+
+/* Decides the mask for FEATURES: MASK (n_layers bytes) gets 1 for every
+ * computed layer. Never skips layers 0..k-1 or the last layer. */
+void probe_decide(const probe *p, const float *features, uint8_t *mask, probe_decision *d);
+
+/* Hex SHA-256 of the file at PATH into OUT (65 bytes); 0 or -1. */
+int probe_file_sha256(const char *path, char *out, char *err, size_t errlen);
+
+#endif

@@ -410,6 +410,18 @@ int engine_probe_features(engine *e, const int32_t *tokens, int n, float *featur
     return rc;
 }
 
+int engine_probe_mask(engine *e, const int32_t *tokens, int n, uint8_t *mask, float *confidence) {
+    float features[PROBE_N_FEATURES];
+    probe_decision d = {0};
+    memset(mask, 1, (size_t)e->info.n_layers);
+    if (e->probe_loaded) {
+        if (engine_probe_features(e, tokens, n, features)) return -1;
+        probe_decide(&e->probe, features, mask, &d);
+    }
+    if (confidence) *confidence = d.confidence;
+    return d.n_skipped;
+}
+
 /* Decides the request's mask before its prompt runs past layer k: a forced
  * mask as given; otherwise the probe's (after layers 0..k-1 ran, when a
  * probe is loaded) or full depth, reconciled with the client's hint. */
@@ -526,6 +538,7 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
         int32_t tok = sampler_sample(&sm, logits);
         if (res->n_generated == 0) res->ttft_ms = now_ms() - t0;
         res->n_generated++;
+        if (cb->on_token && cb->on_token(cb->ud, tok)) goto cancel;
         if (tok_is_eog(e->vocab, tok)) {
             res->reason = ENGINE_STOP_EOS;
             break;

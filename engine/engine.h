@@ -101,7 +101,10 @@ typedef struct {
     /* Text as it becomes final: whole UTF-8 characters only, never a byte
      * of a stop string. Return nonzero to cancel. */
     int (*on_text)(void *ud, const char *text, size_t len);
-    /* During prefill, after each chunk: N_DONE of N_TOTAL prompt tokens. */
+    /* Every sampled token id (the end-of-generation token included), before
+     * its text. Return nonzero to cancel. */
+    int (*on_token)(void *ud, int32_t id);
+    /* During prefill, after each layer: N_DONE of N_TOTAL units of work. */
     void (*on_progress)(void *ud, int n_done, int n_total);
     void *ud;
 } engine_callbacks;
@@ -156,6 +159,10 @@ int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t
 /* Runs layers 0..k-1 over the prompt TOKENS and writes the probe's
  * PROBE_N_FEATURES features (probe/features.h) into FEATURES. Returns 0 or -1. */
 int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features);
+/* The mask the loaded probe picks for a prompt (full depth when no probe is
+ * loaded); writes n_layers bytes and returns the number of skipped layers,
+ * or -1. *CONFIDENCE gets the probe's confidence (may be NULL). */
+int engine_probe_mask(engine *e, const int32_t *tokens, int n, uint8_t *mask, float *confidence);
 /* Computes (once) and returns the hex SHA-256 of the model file, or NULL. */
 const char *engine_model_sha256(engine *e);
 

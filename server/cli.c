@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_probe.h"
 #include "engine.h"
 #include "gguf.h"
 #include "log.h"
@@ -32,6 +33,10 @@ static int usage(void) {
             "  ilpd tokenize -m MODEL [--no-bos] TEXT\n"
             "  ilpd inspect  -m MODEL\n"
             "  ilpd logits   -m MODEL --tokens ID,ID,... [--layer-mask BASE64 | --mask 1,0,...] -o FILE\n"
+            "  ilpd calibrate -m MODEL --data PROMPTS.jsonl -o PROBE.json [--target-agreement 0.99] [--seed S]\n"
+            "                 [-n ANSWER_TOKENS] [--holdout 0.25] [--max-prompts N] [--confidence-floor 0.4]\n"
+            "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--plot FILE.png]\n"
+            "                [--ppl-text FILE]\n"
             "  ilpd serve    -m MODEL [options]   (see README)\n");
     return 2;
 }
@@ -345,6 +350,8 @@ int cli_main(int argc, char **argv) {
         usage();
         return 0;
     }
+    if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc, argv);
+    if (!strcmp(cmd, "eval")) return cli_eval(argc, argv);
     int known = !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize") || !strcmp(cmd, "inspect") || !strcmp(cmd, "logits");
     if (!known) {
         fprintf(stderr, "ilpd: unknown command '%s'\n", cmd);

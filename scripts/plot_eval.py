@@ -1,0 +1,36 @@
+#!/usr/bin/python3
+"""Draws `ilpd eval --plot`: skip rate against greedy agreement, one point per
+prompt, coloured by prompt class.
+
+Usage: /usr/bin/python3 scripts/plot_eval.py EVAL.json OUT.png
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(src, dst):
+    data = json.load(open(src))
+    rows = data["prompts"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for cls in sorted({r["class"] for r in rows}):
+        pts = [r for r in rows if r["class"] == cls]
+        summary = data["classes"].get(cls, {})
+        label = "%s (n=%d, skip %.0f%%, agreement %.2f%%)" % (
+            cls, len(pts), 100 * summary.get("skip_rate", 0), 100 * summary.get("agreement", 1))
+        ax.scatter([r["layers_skipped"] for r in pts], [100 * r["agreement"] for r in pts], label=label, alpha=0.7)
+    ax.set_xlabel("layers skipped by the probe")
+    ax.set_ylabel("greedy token agreement with full depth (%)")
+    ax.set_title("ilpd eval: layer skipping vs agreement per prompt")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(dst, dpi=110)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

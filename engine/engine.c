@@ -226,6 +226,12 @@ void engine_close(engine *e) {
 
 const engine_info *engine_get_info(const engine *e) { return &e->info; }
 
+int engine_debug_protect_layer(engine *e, int layer, int protect) {
+    return model_layer_protect(&e->model, layer, protect);
+}
+
+uint64_t engine_debug_launches(engine *e) { return e->kb->launches(e->kb); }
+
 int engine_tokenize(const engine *e, const char *text, int parse_special, int32_t **tokens) {
     size_t len = strlen(text);
     int cap = (int)(len < 1000000 ? len : 1000000) + 8;

@@ -166,6 +166,13 @@ int engine_probe_mask(engine *e, const int32_t *tokens, int n, uint8_t *mask, fl
 /* Computes (once) and returns the hex SHA-256 of the model file, or NULL. */
 const char *engine_model_sha256(engine *e);
 
+/* Testing: makes the weights of LAYER unreadable (PROTECT=1) or readable
+ * again (0) on the CPU backend, so that a test can prove a skipped layer
+ * reads none of them. Returns 0 or -1. */
+int engine_debug_protect_layer(engine *e, int layer, int protect);
+/* Testing: kernels launched so far on the backend. */
+uint64_t engine_debug_launches(engine *e);
+
 /* "off", "full", "active". */
 const char *engine_layer_status_name(engine_layer_status s);
 

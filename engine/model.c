@@ -9,6 +9,10 @@
 #include <sys/mman.h>
 
 #define MODEL_CHUNK 64 /* prompt rows per matmul */
+/* Each tensor starts on its own page, so that one layer's weights can be
+ * protected as a unit (the test that a skipped layer reads no weight). */
+#define WEIGHT_ALIGN 4096
+#define WEIGHT_SPAN(n) (((n) + WEIGHT_ALIGN - 1) / WEIGHT_ALIGN * WEIGHT_ALIGN)
 
 typedef struct {
     const gguf_file *f;
@@ -207,8 +211,8 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     /* Copy every weight into one anonymous allocation: file pages of a
      * mapping that sits idle get dropped by the kernel, anonymous ones not. */
     size_t total = 0;
-    for (int i = 0; i < n_refs; i++) total += (refs[i].t->nbytes + 63) / 64 * 64;
-    if (posix_memalign(&m->weights_mem, 64, total ? total : 64)) {
+    for (int i = 0; i < n_refs; i++) total += WEIGHT_SPAN(refs[i].t->nbytes);
+    if (posix_memalign(&m->weights_mem, WEIGHT_ALIGN, total ? total : WEIGHT_ALIGN)) {
         m->weights_mem = NULL;
         load_fail(&ld, "out of memory for %zu bytes of weights", total);
         goto fail;
@@ -218,7 +222,7 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     for (int i = 0; i < n_refs; i++) {
         memcpy((uint8_t *)m->weights_mem + off, refs[i].t->data, refs[i].t->nbytes);
         refs[i].w->host = (uint8_t *)m->weights_mem + off;
-        off += (refs[i].t->nbytes + 63) / 64 * 64;
+        off += WEIGHT_SPAN(refs[i].t->nbytes);
     }
     if (m->output.host == NULL) m->output = m->tok_embd;
     madvise((void *)f->map, f->map_size, MADV_DONTNEED);
@@ -247,6 +251,17 @@ fail:
     free(refs);
     model_free(m, kb);
     return -1;
+}
+
+int model_layer_protect(model *m, int l, int protect) {
+    if (l < 0 || l >= m->n_layers) return -1;
+    model_layer *L = &m->layers[l];
+    const kb_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm,
+                             &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        if (ws[i]->host && mprotect((void *)ws[i]->host, WEIGHT_SPAN(ws[i]->nbytes), protect ? PROT_NONE : PROT_READ | PROT_WRITE))
+            return -1;
+    return 0;
 }
 
 void model_free(model *m, kb_backend *kb) {

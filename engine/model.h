@@ -41,6 +41,9 @@ typedef struct {
  * "FILE: problem" in err. */
 int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t errlen);
 void model_free(model *m, kb_backend *kb);
+/* Testing: makes the host copy of layer L's weights unreadable (PROTECT=1)
+ * or readable again (0); any read of a protected layer crashes. 0 or -1. */
+int model_layer_protect(model *m, int l, int protect);
 
 /* Per-request state: residual stream, scratch and the KV cache of the
  * computed layers. */

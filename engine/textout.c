@@ -100,10 +100,12 @@ static int release(textout *t, size_t n, const char **emit, size_t *emit_len) {
         t->out = o;
         t->out_cap = n + 1;
     }
-    memcpy(t->out, t->held, n);
     t->out[n] = 0;
-    memmove(t->held, t->held + n, t->held_len - n);
-    t->held_len -= n;
+    if (n) {
+        memcpy(t->out, t->held, n);
+        memmove(t->held, t->held + n, t->held_len - n);
+        t->held_len -= n;
+    }
     *emit = t->out;
     *emit_len = n;
     return 0;

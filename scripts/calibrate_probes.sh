@@ -1,0 +1,28 @@
+#!/bin/sh
+# Re-creates the committed probes (config/probes/) and their evaluation:
+#   scripts/calibrate_probes.sh [SHARED_DIR]
+# stories260K: calibrated on TinyStories training openings, evaluated on the
+# validation head. The demo model: calibrated on one half of its held-out task
+# prompts, evaluated on the other half. Deterministic (seed 1).
+set -eu
+cd "$(dirname "$0")/.."
+SHARED=${1:-../shared}
+OUT=${OUT:-build/probe-data}
+ILPD=${ILPD:-./ilpd}
+mkdir -p "$OUT/stories" "$OUT/demo" config/probes
+
+if [ -f "$SHARED/models/stories260K/stories260K.gguf" ]; then
+    /usr/bin/python3 scripts/probe_data.py stories "$SHARED" "$OUT/stories"
+    "$ILPD" calibrate -m "$SHARED/models/stories260K/stories260K.gguf" --data "$OUT/stories/calibrate.jsonl" \
+        -o config/probes/stories260K.json --target-agreement 0.99 -n 32 --seed 1
+    "$ILPD" eval -m "$SHARED/models/stories260K/stories260K.gguf" --data "$OUT/stories/eval.jsonl" \
+        --probe config/probes/stories260K.json -n 32 --json \
+        --ppl-text "$SHARED/data/tinystories/tinystories_val_head.txt" > "$OUT/stories/eval.json"
+fi
+if [ -f models/ilpd-demo-F16.gguf ]; then
+    /usr/bin/python3 scripts/probe_data.py demo "$OUT/demo"
+    "$ILPD" calibrate -m models/ilpd-demo-F16.gguf --data "$OUT/demo/calibrate.jsonl" \
+        -o config/probes/ilpd-demo-F16.json --target-agreement 0.99 -n 48 --seed 1
+    "$ILPD" eval -m models/ilpd-demo-F16.gguf --data "$OUT/demo/eval.jsonl" \
+        --probe config/probes/ilpd-demo-F16.json -n 48 --json --plot "$OUT/demo/eval.png" > "$OUT/demo/eval.json"
+fi

@@ -129,7 +129,7 @@ static engine *open_engine(const cli_opts *o) {
 static int cli_mask(const cli_opts *o, int n_layers, uint8_t *mask) {
     if (o->mask_b64) {
         uint8_t wire[MASK_WIRE_BYTES];
-        if (mask_decode_b64(o->mask_b64, strlen(o->mask_b64), wire) != 0) {
+        if (mask_decode_b64_for(o->mask_b64, strlen(o->mask_b64), n_layers, wire) != 0) {
             fprintf(stderr, "ilpd: --layer-mask must be the base64 of %d bytes of 0/1\n", MASK_WIRE_BYTES);
             return -1;
         }

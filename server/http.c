@@ -1,0 +1,464 @@
+/* http.c - routes, auth, JSON and SSE responses over libmicrohttpd
+ * (internal polling thread with epoll; connections suspended while their
+ * job waits). */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "mask.h"
+#include "messages.h"
+#include "metrics.h"
+
+typedef enum { ROUTE_NONE, ROUTE_MESSAGES, ROUTE_COUNT, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS } route_id;
+
+static const char *route_names[] = {"other", "messages", "count_tokens", "models", "models", "health", "metrics"};
+
+/* Per-request state (MHD's con_cls). */
+typedef struct {
+    route_id route;
+    int method_ok;
+    char *body;
+    size_t len, cap;
+    int too_large;
+    job *job;
+    int status;
+    double t0;
+    char request_id[40];
+} req_ctx;
+
+static http_state *S;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* PREFIX followed by 24 random hex digits. */
+static void random_id(char *out, size_t n, const char *prefix) {
+    unsigned char b[12];
+    if (RAND_bytes(b, sizeof b) != 1) memset(b, 0, sizeof b);
+    size_t k = (size_t)snprintf(out, n, "%s", prefix);
+    for (size_t i = 0; i < sizeof b && k + 2 < n; i++) k += (size_t)snprintf(out + k, n - k, "%02x", b[i]);
+}
+
+static route_id route_of(const char *url, const char *method, int *method_ok) {
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    route_id r = ROUTE_NONE;
+    if (!strcmp(url, "/v1/messages")) r = ROUTE_MESSAGES;
+    else if (!strcmp(url, "/v1/messages/count_tokens")) r = ROUTE_COUNT;
+    else if (!strcmp(url, "/v1/models")) r = ROUTE_MODELS;
+    else if (!strncmp(url, "/v1/models/", 11) && url[11]) r = ROUTE_MODEL;
+    else if (!strcmp(url, "/health")) r = ROUTE_HEALTH;
+    else if (!strcmp(url, "/metrics")) r = ROUTE_METRICS;
+    *method_ok = r == ROUTE_MESSAGES || r == ROUTE_COUNT ? post : get;
+    return r;
+}
+
+/* Adds the layer headers of design §3. */
+static void layer_headers(struct MHD_Response *resp, const uint8_t *mask, const char *status, const char *hint) {
+    const engine_info *in = engine_get_info(S->engine);
+    uint8_t wire[MASK_WIRE_BYTES];
+    char b64[MASK_B64_LEN + 1];
+    mask_to_wire(mask, in->n_layers, wire);
+    mask_encode_b64(wire, b64);
+    MHD_add_response_header(resp, "x-layer-status", status);
+    MHD_add_response_header(resp, "x-layer-mask", b64);
+    MHD_add_response_header(resp, "x-layer-hint-status", hint);
+}
+
+/* Layer headers for a /v1/messages answer that ran no generation. */
+static void default_layer_headers(struct MHD_Response *resp, struct MHD_Connection *c) {
+    if (!S->engine) return;
+    const engine_info *in = engine_get_info(S->engine);
+    uint8_t full[ENGINE_MAX_LAYERS], wire[MASK_WIRE_BYTES];
+    memset(full, 1, sizeof full);
+    const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
+    const char *hs = !hint ? "absent" : mask_decode_b64_for(hint, strlen(hint), in->n_layers, wire) ? "invalid" : "overridden";
+    layer_headers(resp, full, in->probe_loaded ? "full" : "off", hs);
+}
+
+/* A response with BODY (copied), its content type and request-id; records
+ * STATUS for the log. Returns NULL when out of memory. */
+static struct MHD_Response *body_response(req_ctx *r, int status, const char *ctype, const char *body, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return NULL;
+    MHD_add_response_header(resp, "content-type", ctype);
+    MHD_add_response_header(resp, "request-id", r->request_id);
+    r->status = status;
+    return resp;
+}
+
+static enum MHD_Result queue(struct MHD_Connection *c, int status, struct MHD_Response *resp) {
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+/* Anthropic-shaped error. RETRY: -1 no header, 0 "x-should-retry: false",
+ * 1 "true" plus retry-after. */
+static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *r, int status, const char *type, const char *msg,
+                                  int retry) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(root, "type", "error");
+    cJSON_AddStringToObject(err, "type", type);
+    cJSON_AddStringToObject(err, "message", msg);
+    cJSON_AddStringToObject(root, "request_id", r->request_id);
+    char *js = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    const char *body = js ? js : "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}";
+    struct MHD_Response *resp = body_response(r, status, "application/json", body, strlen(body));
+    free(js);
+    if (!resp) return MHD_NO;
+    if (retry == 1) {
+        MHD_add_response_header(resp, "retry-after", "1");
+        MHD_add_response_header(resp, "x-should-retry", "true");
+    } else if (retry == 0) {
+        MHD_add_response_header(resp, "x-should-retry", "false");
+    }
+    if (status == 405) MHD_add_response_header(resp, "allow", r->route == ROUTE_MESSAGES || r->route == ROUTE_COUNT ? "POST" : "GET, HEAD");
+    if (r->route == ROUTE_MESSAGES) default_layer_headers(resp, c);
+    return queue(c, status, resp);
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, req_ctx *r, int status, cJSON *obj) {
+    char *js = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!js) return send_error(c, r, 500, "api_error", "out of memory", -1);
+    struct MHD_Response *resp = body_response(r, status, "application/json", js, strlen(js));
+    free(js);
+    return resp ? queue(c, status, resp) : MHD_NO;
+}
+
+/* 1 when no keys are configured or the request carries one of them. The
+ * presented key is hashed and compared in constant time with each digest. */
+static int authorized(struct MHD_Connection *c) {
+    if (!S->cfg->n_keys) return 1;
+    const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "authorization");
+    if (!key && auth && !strncasecmp(auth, "Bearer ", 7)) key = auth + 7;
+    if (!key) return 0;
+    unsigned char d[32];
+    SHA256((const unsigned char *)key, strlen(key), d);
+    int ok = 0;
+    for (int i = 0; i < S->cfg->n_keys; i++) ok |= CRYPTO_memcmp(d, S->cfg->key_sha256[i], 32) == 0;
+    return ok;
+}
+
+static cJSON *model_object(void) {
+    const engine_info *in = engine_get_info(S->engine);
+    cJSON *m = cJSON_CreateObject();
+    char created[32];
+    time_t t = (time_t)in->created_at;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddStringToObject(m, "type", "model");
+    cJSON_AddStringToObject(m, "id", in->name);
+    cJSON_AddStringToObject(m, "display_name", in->name);
+    cJSON_AddStringToObject(m, "created_at", created);
+    return m;
+}
+
+static enum MHD_Result handle_models(struct MHD_Connection *c, req_ctx *r, const char *url) {
+    const engine_info *in = engine_get_info(S->engine);
+    if (r->route == ROUTE_MODEL) {
+        if (strcmp(url + 11, in->name)) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "model: %.200s not found (this server serves %s)", url + 11, in->name);
+            return send_error(c, r, 404, "not_found_error", msg, -1);
+        }
+        return send_json(c, r, 200, model_object());
+    }
+    cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object());
+    cJSON_AddBoolToObject(root, "has_more", 0);
+    cJSON_AddStringToObject(root, "first_id", in->name);
+    cJSON_AddStringToObject(root, "last_id", in->name);
+    return send_json(c, r, 200, root);
+}
+
+/* Parses the body, renders and tokenizes the prompt. Returns the token
+ * count and *tokens, or -1 after queueing an error response (*rc). */
+static int prepare(struct MHD_Connection *c, req_ctx *r, msg_request *req, int32_t **tokens, enum MHD_Result *rc) {
+    msg_error e;
+    char err[256];
+    *tokens = NULL;
+    if (msg_parse(r->body ? r->body : "", r->len, r->route == ROUTE_COUNT, S->cfg->json_depth, req, &e)) {
+        *rc = send_error(c, r, e.status, e.type, e.message, -1);
+        return -1;
+    }
+    const engine_info *in = engine_get_info(S->engine);
+    if (S->cfg->strict_model && strcmp(req->model, in->name)) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "model: %.200s not found (this server serves %s)", req->model, in->name);
+        *rc = send_error(c, r, 404, "not_found_error", msg, -1);
+        msg_request_free(req);
+        return -1;
+    }
+    int n = engine_prompt_build(S->engine, req->system, req->msgs, req->n_msgs, tokens, err, sizeof err);
+    if (n < 0) {
+        *rc = send_error(c, r, 500, "api_error", err, 0);
+        msg_request_free(req);
+        return -1;
+    }
+    return n;
+}
+
+static enum MHD_Result handle_count(struct MHD_Connection *c, req_ctx *r) {
+    msg_request req;
+    int32_t *tokens;
+    enum MHD_Result rc;
+    int n = prepare(c, r, &req, &tokens, &rc);
+    if (n < 0) return rc;
+    free(tokens);
+    msg_request_free(&req);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "input_tokens", n);
+    return send_json(c, r, 200, o);
+}
+
+static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
+    if (atomic_load(&S->draining)) return send_error(c, r, 503, "overloaded_error", "the server is shutting down", 1);
+    job *j = job_new();
+    if (!j) return send_error(c, r, 500, "api_error", "out of memory", -1);
+    enum MHD_Result rc;
+    int n = prepare(c, r, &j->req, &j->prompt, &rc);
+    if (n < 0) {
+        job_release(j);
+        return rc;
+    }
+    const engine_info *in = engine_get_info(S->engine);
+    j->n_prompt = n;
+    if ((long long)n + j->req.max_tokens > in->n_ctx) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "prompt is too long: %d prompt tokens + %d max_tokens = %lld tokens, more than the context of %d tokens", n,
+                 j->req.max_tokens, (long long)n + j->req.max_tokens, in->n_ctx);
+        job_release(j);
+        return send_error(c, r, 400, "invalid_request_error", msg, -1);
+    }
+    const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
+    if (hint) {
+        uint8_t wire[MASK_WIRE_BYTES];
+        if (mask_decode_b64_for(hint, strlen(hint), in->n_layers, wire)) {
+            j->hint_invalid = 1;
+        } else {
+            mask_from_wire(wire, in->n_layers, j->hint);
+            j->has_hint = 1;
+        }
+    }
+    snprintf(j->request_id, sizeof j->request_id, "%s", r->request_id);
+    random_id(j->msg_id, sizeof j->msg_id, "msg_");
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    j->conn = c;
+    r->job = j;
+    pthread_mutex_lock(&j->lock);
+    j->suspended = 1;
+    MHD_suspend_connection(c);
+    pthread_mutex_unlock(&j->lock);
+    if (worker_submit(S->worker, j)) {
+        pthread_mutex_lock(&j->lock);
+        job_wake(j); /* resumed: the handler answers 529 on its next call */
+        j->done = 1;
+        j->res.reason = ENGINE_STOP_ERROR;
+        snprintf(j->res.error, sizeof j->res.error, "overloaded");
+        pthread_mutex_unlock(&j->lock);
+    }
+    return MHD_YES;
+}
+
+/* SSE body: hands out what the worker wrote; suspends the connection when
+ * there is nothing yet (the worker resumes it). */
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    job *j = cls;
+    (void)pos;
+    pthread_mutex_lock(&j->lock);
+    ssize_t n = 0;
+    if (j->out_sent < j->out_len) {
+        n = (ssize_t)(j->out_len - j->out_sent < max ? j->out_len - j->out_sent : max);
+        memcpy(buf, j->out + j->out_sent, (size_t)n);
+        j->out_sent += (size_t)n;
+    } else if (j->done) {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    } else if (j->conn) {
+        j->suspended = 1;
+        MHD_suspend_connection(j->conn);
+    }
+    pthread_mutex_unlock(&j->lock);
+    return n;
+}
+
+static void sse_free(void *cls) { job_release(cls); }
+
+/* Called again after the worker resumed the connection. */
+static enum MHD_Result handle_resumed(struct MHD_Connection *c, req_ctx *r) {
+    job *j = r->job;
+    pthread_mutex_lock(&j->lock);
+    int started = j->started, done = j->done;
+    pthread_mutex_unlock(&j->lock);
+    if (j->req.stream && started) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, j, sse_free);
+        if (!resp) return MHD_NO;
+        pthread_mutex_lock(&j->lock);
+        j->refs++;
+        pthread_mutex_unlock(&j->lock);
+        MHD_add_response_header(resp, "content-type", "text/event-stream");
+        MHD_add_response_header(resp, "cache-control", "no-cache");
+        MHD_add_response_header(resp, "request-id", r->request_id);
+        layer_headers(resp, j->mask, engine_layer_status_name(j->layer_status), hint_status_name(j->hint_outcome));
+        r->status = 200;
+        return queue(c, 200, resp);
+    }
+    if (!done) { /* woken early: wait again */
+        pthread_mutex_lock(&j->lock);
+        j->suspended = 1;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&j->lock);
+        return MHD_YES;
+    }
+    const engine_result *res = &j->res;
+    if (res->reason == ENGINE_STOP_ERROR && !strcmp(res->error, "overloaded"))
+        return send_error(c, r, 529, "overloaded_error", "the server is overloaded: its queue is full", 1);
+    if (res->reason == ENGINE_STOP_ERROR || j->oom)
+        return send_error(c, r, 500, "api_error", j->oom ? "out of memory" : res->error, res->retryable && !j->oom ? -1 : 0);
+    if (res->reason == ENGINE_STOP_CANCELLED)
+        return send_error(c, r, 503, "overloaded_error", "the request was cancelled", 1);
+    struct MHD_Response *resp = body_response(r, 200, "application/json", j->out ? j->out : "", j->out_len);
+    if (!resp) return MHD_NO;
+    layer_headers(resp, j->mask, engine_layer_status_name(j->layer_status), hint_status_name(j->hint_outcome));
+    return queue(c, 200, resp);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)cls;
+    (void)version;
+    req_ctx *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        r->t0 = now_s();
+        random_id(r->request_id, sizeof r->request_id, "req_");
+        r->route = route_of(url, method, &r->method_ok);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "content-length");
+        if (cl && strtoull(cl, NULL, 10) > S->cfg->max_body_bytes) r->too_large = 1;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!r->too_large && r->len + *upload_size > S->cfg->max_body_bytes) r->too_large = 1;
+        if (!r->too_large) {
+            if (r->len + *upload_size + 1 > r->cap) {
+                size_t cap = (r->len + *upload_size + 1) * 2;
+                char *p = realloc(r->body, cap);
+                if (!p) return MHD_NO;
+                r->body = p;
+                r->cap = cap;
+            }
+            memcpy(r->body + r->len, upload, *upload_size);
+            r->len += *upload_size;
+            r->body[r->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->job) return handle_resumed(c, r);
+    if (r->route == ROUTE_NONE) return send_error(c, r, 404, "not_found_error", "no such endpoint", -1);
+    if (!r->method_ok) return send_error(c, r, 405, "invalid_request_error", "method not allowed on this endpoint", -1);
+    if (r->route == ROUTE_HEALTH) {
+        int ready = atomic_load(&S->ready);
+        const char *body = ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}";
+        struct MHD_Response *resp = body_response(r, ready ? 200 : 503, "application/json", body, strlen(body));
+        return resp ? queue(c, ready ? 200 : 503, resp) : MHD_NO;
+    }
+    if (r->route == ROUTE_METRICS) {
+        const engine_info *in = S->engine && atomic_load(&S->ready) ? engine_get_info(S->engine) : NULL;
+        char *text = metrics_render(in ? in->name : "", in ? in->device_name : "");
+        if (!text) return send_error(c, r, 500, "api_error", "out of memory", -1);
+        struct MHD_Response *resp = body_response(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
+        free(text);
+        return resp ? queue(c, 200, resp) : MHD_NO;
+    }
+    if (!authorized(c)) return send_error(c, r, 401, "authentication_error", "invalid x-api-key", -1);
+    if (!atomic_load(&S->ready)) return send_error(c, r, 503, "overloaded_error", "the model is still loading", 1);
+    if (r->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", S->cfg->max_body_bytes);
+        return send_error(c, r, 413, "request_too_large", msg, -1);
+    }
+    if (r->route == ROUTE_MODELS || r->route == ROUTE_MODEL) return handle_models(c, r, url);
+    if (r->route == ROUTE_COUNT) return handle_count(c, r);
+    return handle_messages(c, r);
+}
+
+/* Logs the request, counts it, and lets go of its job. */
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    req_ctx *r = *con_cls;
+    if (!r) return;
+    double dur = now_s() - r->t0;
+    char fields[1024];
+    int k = snprintf(fields, sizeof fields, "\"request_id\":\"%s\",\"route\":\"%s\",\"status\":%d,\"duration_ms\":%.1f%s",
+                     r->request_id, route_names[r->route], r->status, dur * 1e3,
+                     toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ",\"client_aborted\":true");
+    job *j = r->job;
+    if (j) {
+        pthread_mutex_lock(&j->lock);
+        j->conn = NULL;
+        if (!j->done) atomic_store(&j->cancel, 1);
+        if (j->done && k > 0 && (size_t)k < sizeof fields) {
+            uint8_t wire[MASK_WIRE_BYTES];
+            char b64[MASK_B64_LEN + 1];
+            mask_to_wire(j->mask, engine_get_info(S->engine)->n_layers, wire);
+            mask_encode_b64(wire, b64);
+            snprintf(fields + k, sizeof fields - (size_t)k,
+                     ",\"input_tokens\":%d,\"output_tokens\":%d,\"ttft_ms\":%.1f,\"stream\":%s,\"stop_reason\":\"%s\","
+                     "\"layer_status\":\"%s\",\"layer_mask\":\"%s\",\"layers_skipped\":%d,\"hint_status\":\"%s\"",
+                     j->n_prompt, j->res.n_generated, j->res.ttft_ms, j->req.stream ? "true" : "false",
+                     engine_stop_reason_name(j->res.reason), engine_layer_status_name(j->layer_status), b64,
+                     j->res.n_skipped, hint_status_name(j->hint_outcome));
+        }
+        pthread_mutex_unlock(&j->lock);
+        job_release(j);
+    }
+    log_fields(LOG_INFO, "request", fields);
+    metrics_request(route_names[r->route], r->status, dur);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+struct MHD_Daemon *http_start(http_state *st, char *err, size_t errlen) {
+    S = st;
+    char port[16];
+    snprintf(port, sizeof port, "%d", st->cfg->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai;
+    int gai = getaddrinfo(st->cfg->host, port, &hints, &ai);
+    if (gai) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", st->cfg->host, gai_strerror(gai));
+        return NULL;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+                                            (unsigned)st->cfg->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, 512u,
+                                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d) snprintf(err, errlen, "cannot listen on %s:%d (in use, or no permission)", st->cfg->host, st->cfg->port);
+    return d;
+}

@@ -1,0 +1,38 @@
+/* messages.h - parsing and validating Messages API request bodies
+ * (../shared/api-contract.md) into what the engine needs. */
+#ifndef ILPD_MESSAGES_H
+#define ILPD_MESSAGES_H
+
+#include <stddef.h>
+
+#include "engine.h"
+
+#define MSG_MAX_STOP 64
+
+typedef struct {
+    char *model;
+    int max_tokens;          /* 0 for count_tokens */
+    char *system;            /* NULL when none */
+    engine_message *msgs;    /* texts owned by the request */
+    int n_msgs;
+    float temperature, top_p;
+    int top_k;
+    char *stop[MSG_MAX_STOP];
+    int n_stop;
+    int stream;
+} msg_request;
+
+/* An error for the client: HTTP status, Anthropic error type, message. */
+typedef struct {
+    int status;
+    const char *type;
+    char message[512];
+} msg_error;
+
+/* Parses BODY (LEN bytes). COUNT_ONLY: the count_tokens shape (no
+ * max_tokens). Returns 0, or -1 with ERR filled (400 invalid_request_error
+ * for every problem with the body). */
+int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_request *req, msg_error *err);
+void msg_request_free(msg_request *req);
+
+#endif

@@ -1,0 +1,356 @@
+/* worker.c - the engine worker: one job at a time from a bounded FIFO. */
+#include "worker.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "log.h"
+#include "metrics.h"
+
+struct worker {
+    engine *e;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    job *head, *tail, *running;
+    int n_waiting, max, stop, ping_ms;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+job *job_new(void) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->lock, NULL);
+    j->refs = 1;
+    j->fd = -1;
+    j->t_created = now_s();
+    return j;
+}
+
+void job_release(job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->lock);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (!last) return;
+    msg_request_free(&j->req);
+    free(j->prompt);
+    free(j->out);
+    free(j->text);
+    pthread_mutex_destroy(&j->lock);
+    free(j);
+}
+
+void job_wake(job *j) {
+    if (j->suspended && j->conn) {
+        j->suspended = 0;
+        MHD_resume_connection(j->conn);
+    }
+}
+
+/* Appends N bytes to a growing buffer; sets j->oom on failure. */
+static void buf_add(job *j, char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *p = realloc(*buf, c);
+        if (!p) {
+            j->oom = 1;
+            return;
+        }
+        *buf = p;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+}
+
+/* Appends one SSE event (event line, data line, blank line) and wakes the
+ * connection. Takes ownership of DATA. */
+static void sse_event(job *j, const char *name, cJSON *data) {
+    char *js = data ? cJSON_PrintUnformatted(data) : NULL;
+    cJSON_Delete(data);
+    pthread_mutex_lock(&j->lock);
+    if (js) {
+        char head[64];
+        int n = snprintf(head, sizeof head, "event: %s\ndata: ", name);
+        buf_add(j, &j->out, &j->out_len, &j->out_cap, head, (size_t)n);
+        buf_add(j, &j->out, &j->out_len, &j->out_cap, js, strlen(js));
+        buf_add(j, &j->out, &j->out_len, &j->out_cap, "\n\n", 2);
+    } else {
+        j->oom = 1;
+    }
+    j->t_last_event = now_s();
+    job_wake(j);
+    pthread_mutex_unlock(&j->lock);
+    free(js);
+}
+
+static cJSON *typed(const char *type) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    return o;
+}
+
+static cJSON *usage(int input, int output) {
+    cJSON *u = cJSON_CreateObject();
+    if (input >= 0) cJSON_AddNumberToObject(u, "input_tokens", input);
+    cJSON_AddNumberToObject(u, "output_tokens", output);
+    return u;
+}
+
+/* The message object of message_start and of the non-streaming body. */
+static cJSON *message_object(const job *j, const char *text, const char *stop_reason, const char *stop_seq, int output) {
+    cJSON *m = typed("message");
+    cJSON_AddStringToObject(m, "id", j->msg_id);
+    cJSON_AddStringToObject(m, "role", "assistant");
+    cJSON_AddStringToObject(m, "model", j->req.model);
+    cJSON *content = cJSON_AddArrayToObject(m, "content");
+    if (text) {
+        cJSON *block = typed("text");
+        cJSON_AddStringToObject(block, "text", text);
+        cJSON_AddItemToArray(content, block);
+    }
+    if (stop_reason) cJSON_AddStringToObject(m, "stop_reason", stop_reason);
+    else cJSON_AddNullToObject(m, "stop_reason");
+    if (stop_seq) cJSON_AddStringToObject(m, "stop_sequence", stop_seq);
+    else cJSON_AddNullToObject(m, "stop_sequence");
+    cJSON_AddItemToObject(m, "usage", usage(j->n_prompt, output));
+    return m;
+}
+
+/* 1 when the client has closed its connection. */
+static int client_gone(job *j) {
+    pthread_mutex_lock(&j->lock);
+    int gone = !j->conn;
+    if (!gone && j->fd >= 0) {
+        char c;
+        ssize_t n = recv(j->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    pthread_mutex_unlock(&j->lock);
+    if (gone) atomic_store(&j->cancel, 1);
+    return gone;
+}
+
+typedef struct {
+    worker *w;
+    job *j;
+} run_ctx;
+
+static int on_start(void *ud, const uint8_t *mask, int n_layers) {
+    run_ctx *r = ud;
+    job *j = r->j;
+    pthread_mutex_lock(&j->lock);
+    memcpy(j->mask, mask, (size_t)n_layers);
+    j->layer_status = j->res.layer_status;
+    j->hint_outcome = j->res.hint_status;
+    j->started = 1;
+    pthread_mutex_unlock(&j->lock);
+    metrics_kv_bytes(j->res.kv_bytes);
+    if (j->req.stream) {
+        cJSON *start = typed("message_start");
+        cJSON_AddItemToObject(start, "message", message_object(j, NULL, NULL, NULL, 0));
+        sse_event(j, "message_start", start);
+        cJSON *cb = typed("content_block_start");
+        cJSON_AddNumberToObject(cb, "index", 0);
+        cJSON *block = typed("text");
+        cJSON_AddStringToObject(block, "text", "");
+        cJSON_AddItemToObject(cb, "content_block", block);
+        sse_event(j, "content_block_start", cb);
+        sse_event(j, "ping", typed("ping"));
+    }
+    return client_gone(j);
+}
+
+static int on_token(void *ud, int32_t id) {
+    (void)id;
+    return client_gone(((run_ctx *)ud)->j);
+}
+
+static int on_text(void *ud, const char *text, size_t len) {
+    job *j = ((run_ctx *)ud)->j;
+    if (!j->req.stream) {
+        pthread_mutex_lock(&j->lock);
+        buf_add(j, &j->text, &j->text_len, &j->text_cap, text, len);
+        pthread_mutex_unlock(&j->lock);
+        return j->oom;
+    }
+    cJSON *d = typed("content_block_delta");
+    cJSON_AddNumberToObject(d, "index", 0);
+    cJSON *delta = typed("text_delta");
+    char *t = strndup(text, len);
+    cJSON_AddStringToObject(delta, "text", t ? t : "");
+    free(t);
+    cJSON_AddItemToObject(d, "delta", delta);
+    sse_event(j, "content_block_delta", d);
+    return j->oom;
+}
+
+static void on_progress(void *ud, int done, int total) {
+    run_ctx *r = ud;
+    job *j = r->j;
+    (void)done;
+    (void)total;
+    client_gone(j);
+    if (j->req.stream && j->started && (now_s() - j->t_last_event) * 1000 >= r->w->ping_ms)
+        sse_event(j, "ping", typed("ping"));
+}
+
+/* Writes the end of the response: closing SSE events, or the JSON body. */
+static void finish(job *j) {
+    const engine_result *res = &j->res;
+    const char *stop_seq = res->reason == ENGINE_STOP_SEQUENCE && res->stop_index >= 0 ? j->req.stop[res->stop_index] : NULL;
+    int ok = res->reason != ENGINE_STOP_ERROR && res->reason != ENGINE_STOP_CANCELLED && !j->oom;
+    if (j->req.stream && j->started) {
+        if (ok) {
+            cJSON *stop = typed("content_block_stop");
+            cJSON_AddNumberToObject(stop, "index", 0);
+            sse_event(j, "content_block_stop", stop);
+            cJSON *md = typed("message_delta");
+            cJSON *delta = cJSON_AddObjectToObject(md, "delta");
+            cJSON_AddStringToObject(delta, "stop_reason", engine_stop_reason_name(res->reason));
+            if (stop_seq) cJSON_AddStringToObject(delta, "stop_sequence", stop_seq);
+            else cJSON_AddNullToObject(delta, "stop_sequence");
+            cJSON_AddItemToObject(md, "usage", usage(-1, res->n_generated));
+            sse_event(j, "message_delta", md);
+            sse_event(j, "message_stop", typed("message_stop"));
+        } else {
+            cJSON *err = typed("error");
+            cJSON *e = cJSON_AddObjectToObject(err, "error");
+            cJSON_AddStringToObject(e, "type", res->reason == ENGINE_STOP_CANCELLED ? "overloaded_error" : "api_error");
+            cJSON_AddStringToObject(e, "message", res->reason == ENGINE_STOP_CANCELLED ? "the request was cancelled" : res->error);
+            sse_event(j, "error", err);
+        }
+    } else if (!j->req.stream && ok) {
+        cJSON *m = message_object(j, j->text ? j->text : "", engine_stop_reason_name(res->reason), stop_seq, res->n_generated);
+        char *js = cJSON_PrintUnformatted(m);
+        cJSON_Delete(m);
+        pthread_mutex_lock(&j->lock);
+        if (js) buf_add(j, &j->out, &j->out_len, &j->out_cap, js, strlen(js));
+        else j->oom = 1;
+        pthread_mutex_unlock(&j->lock);
+        free(js);
+    }
+    pthread_mutex_lock(&j->lock);
+    j->done = 1;
+    job_wake(j);
+    pthread_mutex_unlock(&j->lock);
+}
+
+static void run_job(worker *w, job *j) {
+    run_ctx r = {w, j};
+    engine_gen_params gp = {.max_tokens = j->req.max_tokens, .temperature = j->req.temperature, .top_p = j->req.top_p,
+                            .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
+                            .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel};
+    gp.seed = (uint64_t)(now_s() * 1e6);
+    engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_progress = on_progress, .ud = &r};
+    if (client_gone(j)) {
+        j->res.reason = ENGINE_STOP_CANCELLED;
+    } else if (engine_generate(w->e, j->prompt, j->n_prompt, &gp, &cb, &j->res)) {
+        j->res.reason = ENGINE_STOP_ERROR;
+    }
+    metrics_kv_bytes(0);
+    if (j->res.reason != ENGINE_STOP_CANCELLED && j->res.reason != ENGINE_STOP_ERROR)
+        metrics_generation(j->n_prompt, j->res.n_generated, j->res.ttft_ms / 1e3, (j->res.total_ms - j->res.ttft_ms) / 1e3,
+                           engine_layer_status_name(j->res.layer_status), j->res.n_skipped, hint_status_name(j->res.hint_status));
+    finish(j);
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (!w->head && !w->stop) pthread_cond_wait(&w->wake, &w->lock);
+        if (w->stop && !w->head) break;
+        job *j = w->head;
+        w->head = j->next;
+        if (!w->head) w->tail = NULL;
+        w->n_waiting--;
+        w->running = j;
+        if (w->stop) atomic_store(&j->cancel, 1);
+        metrics_queue(w->n_waiting, 1);
+        pthread_mutex_unlock(&w->lock);
+        run_job(w, j);
+        pthread_mutex_lock(&w->lock);
+        w->running = NULL;
+        metrics_queue(w->n_waiting, 0);
+        pthread_mutex_unlock(&w->lock);
+        job_release(j);
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+worker *worker_start(engine *e, int queue_max, int ping_ms) {
+    worker *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->e = e;
+    w->max = queue_max;
+    w->ping_ms = ping_ms;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w)) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void worker_stop(worker *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    w->stop = 1;
+    for (job *j = w->head; j; j = j->next) atomic_store(&j->cancel, 1);
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->wake);
+    free(w);
+}
+
+int worker_submit(worker *w, job *j) {
+    pthread_mutex_lock(&w->lock);
+    if (w->n_waiting >= w->max || w->stop) {
+        pthread_mutex_unlock(&w->lock);
+        return -1;
+    }
+    pthread_mutex_lock(&j->lock);
+    j->refs++;
+    pthread_mutex_unlock(&j->lock);
+    j->next = NULL;
+    if (w->tail) w->tail->next = j;
+    else w->head = j;
+    w->tail = j;
+    w->n_waiting++;
+    metrics_queue(w->n_waiting, w->running != NULL);
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    return 0;
+}
+
+void worker_counts(worker *w, int *waiting, int *running) {
+    pthread_mutex_lock(&w->lock);
+    *waiting = w->n_waiting;
+    *running = w->running != NULL;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void worker_cancel_all(worker *w) {
+    pthread_mutex_lock(&w->lock);
+    for (job *j = w->head; j; j = j->next) atomic_store(&j->cancel, 1);
+    if (w->running) atomic_store(&w->running->cancel, 1);
+    pthread_mutex_unlock(&w->lock);
+}

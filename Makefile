@@ -87,5 +87,21 @@ test: deps $(BIN) $(UNIT_BINS)
 run: deps $(BIN)
 	./$(BIN) serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
+# Installs the binary, the default config (kept if present), the probes, the
+# built-in model and the systemd units; DESTDIR and PREFIX are honoured.
+install: $(BIN)
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ilpd
+	install -d $(DESTDIR)$(PREFIX)/share/ilpd/probes $(DESTDIR)$(PREFIX)/share/ilpd/models $(DESTDIR)$(PREFIX)/share/doc/ilpd
+	install -m 0644 config/probes/*.json $(DESTDIR)$(PREFIX)/share/ilpd/probes/ 2>/dev/null || true
+	if [ -f $(MODEL) ]; then install -m 0644 $(MODEL) $(DESTDIR)$(PREFIX)/share/ilpd/models/; fi
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/ilpd/
+	install -d $(DESTDIR)/etc/ilpd
+	[ -f $(DESTDIR)/etc/ilpd/ilpd.conf ] || sed -e 's|^probe_dir = .*|probe_dir = $(PREFIX)/share/ilpd/probes|' \
+	    -e 's|^# model = .*|model = $(PREFIX)/share/ilpd/models/$(notdir $(MODEL))|' config/ilpd.conf > $(DESTDIR)/etc/ilpd/ilpd.conf
+	sed 's|/usr/local|$(PREFIX)|g' systemd/ilpd.service > ilpd.service.tmp && install -D -m 0644 ilpd.service.tmp $(DESTDIR)/etc/systemd/system/ilpd.service
+	sed 's|/usr/local|$(PREFIX)|g' systemd/ilpd@.service > ilpd.service.tmp && install -D -m 0644 ilpd.service.tmp $(DESTDIR)/etc/systemd/system/ilpd@.service
+	rm -f ilpd.service.tmp
+	if [ -z "$(DESTDIR)" ] && ! getent passwd ilpd >/dev/null; then useradd --system --no-create-home --shell /usr/sbin/nologin ilpd; fi
+
 clean:
 	rm -rf build ilpd

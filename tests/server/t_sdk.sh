@@ -1,0 +1,17 @@
+#!/bin/bash
+# The official TypeScript SDK (pinned in tests/sdk/package.json) drives the server.
+M="$SHARED/models/stories260K/stories260K.gguf"
+[ -f "$M" ] || { echo "skip - sdk: $M absent"; exit 0; }
+command -v node >/dev/null && command -v npm >/dev/null || { echo "skip - sdk: node/npm not installed"; exit 0; }
+if [ ! -d tests/sdk/node_modules/@anthropic-ai/sdk ]; then
+    (cd tests/sdk && npm ci --no-audit --no-fund >"$TESTS_TMP/npm.log" 2>&1) ||
+        { echo "skip - sdk: npm ci failed (registry unreachable?): $(tail -2 "$TESTS_TMP/npm.log")"; exit 0; }
+fi
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$ILPD" serve -m "$M" --port "$port" --api-key test-key 2>"$TESTS_TMP/sdk-server.log" &
+pid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+node tests/sdk/sdk_test.mjs "http://127.0.0.1:$port"
+rc=$?
+kill -TERM $pid; wait $pid
+exit $rc

@@ -426,9 +426,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
             mask_to_wire(j->mask, engine_get_info(S->engine)->n_layers, wire);
             mask_encode_b64(wire, b64);
             snprintf(fields + k, sizeof fields - (size_t)k,
-                     ",\"input_tokens\":%d,\"output_tokens\":%d,\"ttft_ms\":%.1f,\"stream\":%s,\"stop_reason\":\"%s\","
+                     ",\"input_tokens\":%d,\"output_tokens\":%d,\"ttft_ms\":%.1f,\"engine_ms\":%.2f,\"stream\":%s,\"stop_reason\":\"%s\","
                      "\"layer_status\":\"%s\",\"layer_mask\":\"%s\",\"layers_skipped\":%d,\"hint_status\":\"%s\"",
-                     j->n_prompt, j->res.n_generated, j->res.ttft_ms, j->req.stream ? "true" : "false",
+                     j->n_prompt, j->res.n_generated, j->res.ttft_ms, j->res.total_ms, j->req.stream ? "true" : "false",
                      engine_stop_reason_name(j->res.reason), engine_layer_status_name(j->layer_status), b64,
                      j->res.n_skipped, hint_status_name(j->hint_outcome));
         }

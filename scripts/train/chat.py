@@ -1,0 +1,68 @@
+"""Shared chat format and tokenizer helpers for the ilpd demo model.
+
+Rendering (ChatML):
+  <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n{user}<|im_end|>\\n
+  <|im_start|>assistant\\n{answer}<|im_end|>\\n
+Token stream of one document: [<s>] + encode_chat_text(rendered).
+
+encode_chat_text(): split out the literal strings "<|im_start|>" and
+"<|im_end|>" (single token each); encode every text segment between them with
+SentencePiece BPE, no dummy prefix (the tokenizer is trained with
+add_dummy_prefix=False, identity normalisation, remove_extra_whitespaces=False),
+so a segment starting with a word gets no leading "▁".  This equals
+SentencePiece's own encoding of the whole string (checked in make_data.py).
+"""
+import re
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+
+SYSTEMS = {
+    "classify": "You are a customer support assistant. Classify the message. Reply only with JSON.",
+    "extract": "You are a customer support assistant. Extract the order details. Reply only with JSON.",
+    "yesno": "Answer the question with Yes. or No.",
+    "story": "You are a storyteller for young children.",
+}
+USER_TEMPLATES = {
+    "classify": "Classify this customer message as shipping, returns, product or payment.\nMessage: {message}",
+    "extract": "Extract the order number, date and amount from this message as JSON.\nMessage: {message}",
+    "yesno": "{question}",
+    "story": "Tell me a story about {topic}.",
+}
+
+
+def render_prompt(system, user):
+    return (f"{IM_START}system\n{system}{IM_END}\n{IM_START}user\n{user}{IM_END}\n"
+            f"{IM_START}assistant\n")
+
+
+def render(ex):
+    return render_prompt(ex["system"], ex["user"]) + ex["answer"] + IM_END + "\n"
+
+
+class Tokenizer:
+    def __init__(self, path):
+        import sentencepiece as spm
+        self.sp = spm.SentencePieceProcessor(model_file=path)
+        self.vocab_size = self.sp.get_piece_size()
+        self.bos = self.sp.bos_id()
+        self.im_start = self.sp.piece_to_id(IM_START)
+        self.im_end = self.sp.piece_to_id(IM_END)
+        self._split = re.compile("(" + re.escape(IM_START) + "|" + re.escape(IM_END) + ")")
+
+    def encode_chat_text(self, text):
+        ids = []
+        for part in self._split.split(text):
+            if part == IM_START:
+                ids.append(self.im_start)
+            elif part == IM_END:
+                ids.append(self.im_end)
+            elif part:
+                ids.extend(self.sp.encode(part))
+        return ids
+
+    def prompt_ids(self, system, user):
+        return [self.bos] + self.encode_chat_text(render_prompt(system, user))
+
+    def decode(self, ids):
+        return self.sp.decode([i for i in ids if i != self.bos])

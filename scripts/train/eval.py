@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Held-out metrics for the demo model (PyTorch, fp32, greedy decoding).
+
+  /usr/bin/python3 scripts/train/eval.py [--ckpt PATH] [--n 100] [--json out.json]
+
+classify: valid-JSON rate (answer parses as a JSON object with keys
+  "category" in the 4 labels and numeric "confidence" in [0,1]), category
+  accuracy, exact match of the whole answer.
+extract: valid-JSON rate, exact match (parsed object == reference), per-field
+  accuracy.
+yesno: accuracy (answer == "Yes." / "No.").
+story: mean held-out NLL per answer token (teacher-forced) and the rate of
+  answers that end with <|im_end|> within 400 new tokens is not measured (slow).
+Generation stops at <|im_end|> (max 64 new tokens for the task prompts).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+from chat import Tokenizer, render  # noqa: E402
+from gen import greedy_cached as greedy, load_model  # noqa: E402
+
+CATS = {"shipping", "returns", "product", "payment"}
+
+
+def load(task, n):
+    with open(os.path.join(REPO, "models", "heldout", f"{task}.jsonl")) as f:
+        return [json.loads(l) for l in f][:n]
+
+
+def gen_answer(model, tok, ex, max_new=64):
+    out, _ = greedy(model, tok.prompt_ids(ex["system"], ex["user"]), max_new, stop_id=tok.im_end)
+    if out and out[-1] == tok.im_end:
+        out = out[:-1]
+    return tok.decode(out)
+
+
+def parse(s):
+    try:
+        v = json.loads(s)
+        return v if isinstance(v, dict) else None
+    except ValueError:
+        return None
+
+
+@torch.no_grad()
+def story_nll(model, tok, exs):
+    tot, cnt = 0.0, 0
+    for ex in exs:
+        p = tok.prompt_ids(ex["system"], ex["user"])
+        full = [tok.bos] + tok.encode_chat_text(render(ex))
+        full = full[:model.c.max_seq_len + 1]
+        x = torch.tensor([full[:-1]])
+        y = torch.tensor(full[1:])
+        lg = model(x)[0]
+        nll = F.cross_entropy(lg[len(p) - 1:], y[len(p) - 1:], reduction="sum")
+        tot += nll.item()
+        cnt += len(y) - (len(p) - 1)
+    return tot / cnt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", default=None)
+    ap.add_argument("--ckpt-dir", default="/work/ilpd-train")
+    ap.add_argument("--n", type=int, default=100, help="held-out examples per task")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--show", type=int, default=3)
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    tok = Tokenizer(os.path.join(REPO, "models", "tokenizer.model"))
+    model, ck, path = load_model(a.ckpt, a.ckpt_dir)
+    t0 = time.time()
+    res = {"checkpoint": path, "step": ck["state"]["step"], "tokens": ck["state"]["tokens"]}
+
+    exs = load("classify", a.n)
+    valid = acc = exact = 0
+    for i, ex in enumerate(exs):
+        ans = gen_answer(model, tok, ex)
+        v = parse(ans)
+        ok = (v is not None and v.get("category") in CATS
+              and isinstance(v.get("confidence"), (int, float)) and 0 <= v["confidence"] <= 1)
+        ref = json.loads(ex["answer"])
+        valid += ok
+        acc += ok and v["category"] == ref["category"]
+        exact += ans == ex["answer"]
+        if i < a.show:
+            print(f"classify: {ex['user'].split('Message: ')[-1][:80]!r} -> {ans!r}")
+    res["classify"] = {"n": len(exs), "valid_json": valid / len(exs),
+                       "category_acc": acc / len(exs), "exact": exact / len(exs)}
+
+    exs = load("extract", a.n)
+    valid = exact = 0
+    fields = {"order_number": 0, "date": 0, "amount": 0}
+    for i, ex in enumerate(exs):
+        ans = gen_answer(model, tok, ex)
+        v = parse(ans)
+        ref = json.loads(ex["answer"])
+        valid += v is not None and set(v) == set(ref)
+        exact += v == ref
+        for k in fields:
+            fields[k] += v is not None and v.get(k) == ref[k]
+        if i < a.show:
+            print(f"extract: {ex['user'].split('Message: ')[-1][:80]!r} -> {ans!r}")
+    res["extract"] = {"n": len(exs), "valid_json": valid / len(exs), "exact": exact / len(exs),
+                      **{f"{k}_acc": c / len(exs) for k, c in fields.items()}}
+
+    exs = load("yesno", a.n)
+    acc = fmt = 0
+    for i, ex in enumerate(exs):
+        ans = gen_answer(model, tok, ex, max_new=8)
+        fmt += ans in ("Yes.", "No.")
+        acc += ans == ex["answer"]
+        if i < a.show:
+            print(f"yesno: {ex['user']!r} -> {ans!r} (ref {ex['answer']})")
+    res["yesno"] = {"n": len(exs), "acc": acc / len(exs), "format_ok": fmt / len(exs)}
+
+    exs = load("story", min(a.n, 40))
+    res["story"] = {"n": len(exs), "answer_nll": story_nll(model, tok, exs)}
+    ex = exs[0]
+    out, _ = greedy(model, tok.prompt_ids(ex["system"], ex["user"]), 200, stop_id=tok.im_end)
+    res["story"]["sample_prompt"] = ex["user"]
+    res["story"]["sample"] = tok.decode([i for i in out if i != tok.im_end])
+    res["story"]["sample_ended_with_im_end"] = bool(out and out[-1] == tok.im_end)
+    res["seconds"] = round(time.time() - t0, 1)
+    print(json.dumps(res, indent=1))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""Train the ilpd demo model (CPU, bf16 autocast), resumably.
+
+  nohup nice -n 19 /usr/bin/python3 scripts/train/train.py \\
+      --ckpt-dir /work/ilpd-train --max-minutes 135 --max-tokens 30000000 \\
+      > /work/ilpd-train/train.log 2>&1 &
+
+Reads <data-dir>/train.bin and heldout.bin (uint16 token streams written by
+make_data.py).  Sequences of --seq tokens are cut contiguously from the
+packed stream (documents start with <s>; no cross-document masking).
+The LR schedule (linear warmup, cosine to --min-lr) runs on
+progress = max(tokens / max_tokens, train_seconds / (60 * max_minutes)),
+so a wall-clock budget still ends with a decayed LR.  Checkpoints every
+--ckpt-minutes to <ckpt-dir>/ckpt_<step>.pt (last 3 kept) and at the end;
+re-running the same command resumes from the latest checkpoint (the model
+shape comes from the checkpoint; the budgets and LR come from the command line).
+Log: <ckpt-dir>/loss.csv (step, tokens, train_seconds, lr, train_loss,
+heldout_loss, tok_per_s).
+"""
+import argparse
+import csv
+import glob
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model import Config, Llama, latest_checkpoint, n_params  # noqa: E402
+
+
+def get_args():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt-dir", default="/work/ilpd-train/")
+    ap.add_argument("--data-dir", default=None, help="default: <ckpt-dir>/data")
+    ap.add_argument("--max-tokens", type=float, default=30e6)
+    ap.add_argument("--max-minutes", type=float, default=135.0,
+                    help="total training wall-clock budget (summed over resumes)")
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=16, help="sequences per optimizer step")
+    ap.add_argument("--micro", type=int, default=4, help="sequences per forward pass")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr", type=float, default=2e-4)
+    ap.add_argument("--warmup", type=float, default=0.02, help="fraction of progress")
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--ckpt-minutes", type=float, default=10.0)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--eval-windows", type=int, default=24)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    # shape (fresh start only)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=384)
+    ap.add_argument("--vocab", type=int, default=0, help="0: from tokenizer model")
+    return ap.parse_args()
+
+
+def lr_at(progress, a):
+    if progress < a.warmup:
+        return a.lr * progress / a.warmup
+    p = min(1.0, (progress - a.warmup) / max(1e-9, 1 - a.warmup))
+    return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1 + math.cos(math.pi * p))
+
+
+def save(path, model, opt, state, cfg, args):
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state,
+                "config": cfg.to_dict(), "args": vars(args)}, tmp)
+    os.replace(tmp, path)
+    for old in sorted(glob.glob(os.path.join(os.path.dirname(path), "ckpt_*.pt")))[:-3]:
+        os.remove(old)
+
+
+@torch.no_grad()
+def eval_heldout(model, held, seq, nwin):
+    model.eval()
+    n = (len(held) - 1) // seq
+    idx = np.linspace(0, n - 1, min(nwin, n)).astype(int)
+    tot, cnt = 0.0, 0
+    for j in range(0, len(idx), 8):
+        xs = [held[i * seq:(i * seq) + seq + 1].astype(np.int64) for i in idx[j:j + 8]]
+        xy = torch.from_numpy(np.stack(xs))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(xy[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                               xy[:, 1:].reshape(-1), reduction="sum")
+        tot += loss.item()
+        cnt += xy[:, 1:].numel()
+    model.train()
+    return tot / cnt
+
+
+# glibc returns large freed blocks to the OS and this VM makes first-touch page
+# faults very slow (observed 10x slowdowns); keep freed memory in the heap.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "100000000000",
+              "MALLOC_TOP_PAD_": "1000000000"}
+
+
+def main():
+    if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
+        env = dict(os.environ, **MALLOC_ENV)
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    a = get_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    os.makedirs(a.ckpt_dir, exist_ok=True)
+    data_dir = a.data_dir or os.path.join(a.ckpt_dir, "data")
+    data = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
+    held = np.fromfile(os.path.join(data_dir, "heldout.bin"), dtype=np.uint16)
+
+    ck_path = latest_checkpoint(a.ckpt_dir)
+    if ck_path:
+        ck = torch.load(ck_path, map_location="cpu")
+        cfg = Config(**ck["config"])
+        model = Llama(cfg)
+        model.load_state_dict(ck["model"])
+        state = ck["state"]
+        print(f"resumed from {ck_path}: step {state['step']} tokens {state['tokens']}"
+              f" train_seconds {state['train_seconds']:.0f}", flush=True)
+    else:
+        vocab = a.vocab
+        if not vocab:
+            import sentencepiece as spm
+            here = os.path.dirname(os.path.abspath(__file__))
+            vocab = spm.SentencePieceProcessor(
+                model_file=os.path.join(here, "..", "..", "models", "tokenizer.model")).get_piece_size()
+        cfg = Config(vocab_size=vocab, dim=a.dim, n_layers=a.layers, n_heads=a.heads,
+                     n_kv_heads=a.kv_heads, ffn_dim=a.ffn, max_seq_len=a.seq)
+        model = Llama(cfg)
+        state = {"step": 0, "tokens": 0, "train_seconds": 0.0, "pos": 0}
+        ck = None
+    print(f"config {cfg.to_dict()}  params {n_params(model)/1e6:.3f} M  data {len(data)} tokens",
+          flush=True)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    if ck is not None:
+        opt.load_state_dict(ck["opt"])
+        del ck
+
+    csv_path = os.path.join(a.ckpt_dir, "loss.csv")
+    new_csv = not os.path.exists(csv_path)
+    fcsv = open(csv_path, "a", newline="")
+    w = csv.writer(fcsv)
+    if new_csv:
+        w.writerow(["step", "tokens", "train_seconds", "lr", "train_loss", "heldout_loss",
+                    "tok_per_s"])
+
+    seq, B, mb = a.seq, a.batch, a.micro
+    assert B % mb == 0
+    step_tokens = B * seq
+    last_ck = time.time()
+    win_t, win_tok, win_loss, win_n = time.time(), 0, 0.0, 0
+    model.train()
+
+    def progress():
+        return max(state["tokens"] / a.max_tokens, state["train_seconds"] / (60 * a.max_minutes))
+
+    while progress() < 1.0:
+        t0 = time.time()
+        lr = lr_at(progress(), a)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        tot_loss = 0.0
+        for m0 in range(0, B, mb):
+            xs = []
+            for _ in range(mb):
+                p = state["pos"]
+                if p + seq + 1 > len(data):
+                    p = 0
+                xs.append(np.asarray(data[p:p + seq + 1], dtype=np.int64))
+                state["pos"] = p + seq
+            xy = torch.from_numpy(np.stack(xs))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(xy[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                   xy[:, 1:].reshape(-1))
+            (loss * (mb / B)).backward()
+            tot_loss += loss.item() * mb / B
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
+        opt.step()
+        dt = time.time() - t0
+        state["step"] += 1
+        state["tokens"] += step_tokens
+        state["train_seconds"] += dt
+        win_tok += step_tokens
+        win_loss += tot_loss
+        win_n += 1
+        if state["step"] % a.eval_every == 0 or state["step"] == 1 or progress() >= 1.0:
+            tps = win_tok / max(1e-9, time.time() - win_t)
+            hl = eval_heldout(model, held, seq, a.eval_windows)
+            tl = win_loss / win_n
+            w.writerow([state["step"], state["tokens"], f"{state['train_seconds']:.1f}",
+                        f"{lr:.3e}", f"{tl:.4f}", f"{hl:.4f}", f"{tps:.0f}"])
+            fcsv.flush()
+            print(f"step {state['step']:5d} tok {state['tokens']/1e6:7.2f}M "
+                  f"t {state['train_seconds']/60:6.1f}min lr {lr:.2e} train {tl:.4f} "
+                  f"heldout {hl:.4f} {tps:.0f} tok/s progress {progress():.3f}", flush=True)
+            win_t, win_tok, win_loss, win_n = time.time(), 0, 0.0, 0
+        elif state["step"] % 10 == 0:
+            print(f"step {state['step']:5d} loss {tot_loss:.4f} {step_tokens/dt:.0f} tok/s",
+                  flush=True)
+        if time.time() - last_ck > 60 * a.ckpt_minutes:
+            save(os.path.join(a.ckpt_dir, f"ckpt_{state['step']:07d}.pt"), model, opt, state,
+                 cfg, a)
+            last_ck = time.time()
+            print(f"checkpoint at step {state['step']}", flush=True)
+    save(os.path.join(a.ckpt_dir, f"ckpt_{state['step']:07d}.pt"), model, opt, state, cfg, a)
+    print(f"done: step {state['step']} tokens {state['tokens']} "
+          f"train_minutes {state['train_seconds']/60:.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

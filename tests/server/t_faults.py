@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Faults the server must survive: bad model and probe files at start,
+clients that vanish (mid-stream, while queued, mid-body), oversized headers,
+a simulated KV allocation failure, SIGTERM during a stream, and many
+disconnects in a row without leaking connections."""
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ilpd_server import ILPD, STORIES, Checks, Server, sse  # noqa: E402
+import subprocess  # noqa: E402
+
+check = Checks()
+TMP = os.environ.get("TESTS_TMP", "/tmp")
+BODY = {"model": "m", "max_tokens": 20, "temperature": 0, "messages": [{"role": "user", "content": "Once upon a time"}]}
+
+
+def raw_post(port, body, send_all=True, extra=b""):
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    head = b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra + \
+        b"Content-Length: %d\r\n\r\n" % len(data)
+    s.sendall(head + (data if send_all else data[:10]))
+    return s
+
+
+def open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def start_failures():
+    p = subprocess.run([ILPD, "serve", "-m", os.path.join(TMP, "missing.gguf"), "--port", "0"], capture_output=True, text=True,
+                       timeout=30)
+    check(p.returncode == 1 and "missing.gguf" in p.stderr and "cannot open" in p.stderr,
+          "a missing model file at start: exit 1 with a clear message", (p.returncode, p.stderr[-200:]))
+    bad = os.path.join(TMP, "corrupt.gguf")
+    with open(STORIES, "rb") as f:
+        open(bad, "wb").write(f.read()[:5000])
+    p = subprocess.run([ILPD, "serve", "-m", bad, "--port", "0"], capture_output=True, text=True, timeout=30)
+    check(p.returncode == 1 and "corrupt.gguf" in p.stderr, "a corrupt model file at start: exit 1 naming it", p.stderr[-200:])
+    probe = os.path.join(TMP, "corrupt-probe.json")
+    open(probe, "w").write('{"model_sha256": 12, "k": ')
+    s = Server("--probe", probe)
+    try:
+        st, h, o = s.json("POST", "/v1/messages", BODY)
+        check(st == 200 and h.get("x-layer-status") == "off", "a corrupt probe file: skipping off, the server serves", (st, h))
+    finally:
+        rc, log = s.stop()
+    check("corrupt-probe.json" in log and "invalid probe file" in log, "the corrupt probe is named in the log")
+
+
+def vanishing_clients():
+    s = Server("--queue", "4", "--test-kv-fail-request", "6")
+    try:
+        fds0 = open_fds(s.proc.pid)
+        long = raw_post(s.port, dict(BODY, max_tokens=450, stream=True))
+        queued = raw_post(s.port, dict(BODY, max_tokens=450))
+        time.sleep(0.05)
+        queued.close()                      # gone while queued
+        long.recv(100)
+        long.close()                        # gone mid-stream
+        half = raw_post(s.port, BODY, send_all=False)
+        half.close()                        # gone mid-body
+        big = socket.create_connection(("127.0.0.1", s.port))
+        big.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200000 + b"\r\n\r\n")
+        try:
+            reply = big.recv(100)
+        except OSError:
+            reply = b""
+        big.close()
+        check(not reply.startswith(b"HTTP/1.1 200"), "oversized headers are refused", reply[:40])
+        t0 = time.time()
+        st, h, o = s.json("POST", "/v1/messages", BODY)
+        check(st == 200 and time.time() - t0 < 5, "after clients vanish mid-stream, while queued and mid-body the next request is served",
+              (st, time.time() - t0))
+        # Requests so far that reached the engine: 1 (long) + maybe the queued one + 1. Make sure #6 is a KV failure.
+        codes = []
+        for _ in range(6):
+            st, h, o = s.json("POST", "/v1/messages", BODY)
+            codes.append((st, h.get("x-should-retry"), o.get("error", {}).get("type") if isinstance(o, dict) else None))
+        fail = [c for c in codes if c[0] == 500]
+        check(len(fail) == 1 and fail[0][1] == "false" and fail[0][2] == "api_error" and codes[-1][0] == 200,
+              "a simulated KV allocation failure: 500 api_error with x-should-retry false, then the next request is served", codes)
+        for _ in range(300):
+            c = raw_post(s.port, dict(BODY, max_tokens=100, stream=True))
+            c.recv(1)
+            c.close()
+        time.sleep(1.0)
+        st, h, o = s.json("POST", "/v1/messages", BODY)
+        for _ in range(50):  # the worker books the job as finished just after the answer leaves
+            st2, h2, m = s.request("GET", "/metrics")
+            running = [l for l in m.decode().splitlines() if l.startswith("ilpd_requests_running ")]
+            if running == ["ilpd_requests_running 0"]:
+                break
+            time.sleep(0.02)
+        fds1 = open_fds(s.proc.pid)
+        check(st == 200 and running == ["ilpd_requests_running 0"] and fds1 <= fds0 + 2,
+              "300 disconnects mid-stream in a row: no stuck job, no leaked connection (fds %d -> %d)" % (fds0, fds1), (st, running))
+    finally:
+        rc, log = s.stop()
+    check(rc == 0, "the server exits 0 after the faults", rc)
+
+
+def sigterm_mid_stream():
+    s = Server("--shutdown-grace", "10")
+    c = raw_post(s.port, dict(BODY, max_tokens=450, stream=True))
+    first = c.recv(200)
+    t0 = time.time()
+    s.proc.send_signal(signal.SIGTERM)
+    data = first
+    c.settimeout(15)
+    try:
+        while True:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    c.close()
+    rc = s.proc.wait(20)
+    text = data.decode("utf-8", "replace")
+    ended = "event: message_stop" in text or "event: error" in text
+    check(rc == 0 and ended and time.time() - t0 < 15,
+          "SIGTERM during a stream: the stream completes (or ends with event: error) and the process exits 0", (rc, text[-200:]))
+    s.stop()
+
+
+def main():
+    if not os.path.exists(STORIES):
+        print("skip - faults: %s absent" % STORIES)
+        return 0
+    start_failures()
+    vanishing_clients()
+    sigterm_mid_stream()
+    return 1 if check.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -75,6 +75,10 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 -include $(DEPS)
+# The CUDA backend's extra rules (host emulation build for its tests) and the
+# libFuzzer harnesses (`make fuzz FUZZ_SECONDS=N`) live beside their sources.
+-include kernels/cuda/cuda.mk
+-include tests/fuzz/fuzz.mk
 
 # Installs the Debian packages the build, the tests and `make run` need
 # (only those missing; needs root or sudo).

@@ -107,5 +107,14 @@ install: $(BIN)
 	rm -f ilpd.service.tmp
 	if [ -z "$(DESTDIR)" ] && ! getent passwd ilpd >/dev/null; then useradd --system --no-create-home --shell /usr/sbin/nologin ilpd; fi
 
+# Speed benchmarks: makes the synthetic bench models when missing (bench/models/,
+# git-ignored; scripts/make_bench_models.sh), then runs `ilpd bench` on each and
+# prints a table (scripts/bench.sh; LLAMA_BENCH=path/to/llama-bench adds
+# llama.cpp's numbers on the same files).
+BENCH_THREADS ?= 2
+bench: $(BIN)
+	@scripts/make_bench_models.sh
+	@ILPD=$(abspath $(BIN)) THREADS=$(BENCH_THREADS) scripts/bench.sh
+
 clean:
 	rm -rf build ilpd

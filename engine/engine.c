@@ -545,7 +545,7 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
         if (res->n_generated == 0) res->ttft_ms = now_ms() - t0;
         res->n_generated++;
         if (cb->on_token && cb->on_token(cb->ud, tok)) goto cancel;
-        if (tok_is_eog(e->vocab, tok)) {
+        if (tok_is_eog(e->vocab, tok) && !gp->ignore_eos) {
             res->reason = ENGINE_STOP_EOS;
             break;
         }

@@ -92,6 +92,7 @@ typedef struct {
     const uint8_t *hint;        /* the client's hint per layer (n_layers bytes), or NULL when absent */
     int hint_invalid;           /* a hint header was sent but could not be decoded */
     const atomic_int *cancel;   /* checked every token (and every layer of prefill); may be NULL */
+    int ignore_eos;             /* benchmarks: an end-of-generation token does not stop generation */
 } engine_gen_params;
 
 typedef struct {

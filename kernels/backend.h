@@ -6,7 +6,11 @@
  * kb->alloc; the engine never dereferences them itself and copies data
  * across with to_host / to_backend. Weights stay in their file format
  * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); a backend may keep a private
- * copy (e.g. on the GPU) made by weight_upload.
+ * copy (e.g. on the GPU) made by weight_upload, or rewrite the host bytes in
+ * place into its own layout of the same size (the CPU backend interleaves
+ * Q8_0/Q4_0/Q4_K rows in groups of 16; it then sets dev = host): the host
+ * memory handed to weight_upload must be writable and belong to that weight
+ * (one upload per tensor; copies of an uploaded kb_weight share its layout).
  *
  * Shapes: activations are row-major [n tokens][width]. A weight has ROWS
  * output features, each a row of COLS input features (ggml's ne[0] = cols).
@@ -23,7 +27,7 @@ typedef struct {
     ggml_type type;
     int rows, cols;
     const void *host;   /* the weights in host memory (always present) */
-    void *dev;          /* the backend's copy, or NULL when it uses host */
+    void *dev;          /* the backend's copy, or NULL when it uses host (== host: rewritten in place) */
     size_t nbytes;
 } kb_weight;
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_bench.h"
 #include "cli_probe.h"
 #include "engine.h"
 #include "gguf.h"
@@ -37,6 +38,7 @@ static int usage(void) {
             "                 [-n ANSWER_TOKENS] [--holdout 0.25] [--max-prompts N] [--confidence-floor 0.4]\n"
             "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--plot FILE.png]\n"
             "                [--ppl-text FILE]\n"
+            "  ilpd bench    -m MODEL [-t N] [-p 128] [-n 128] [--layer-mask BASE64] [--json]\n"
             "  ilpd serve    -m MODEL [options]   (see README)\n");
     return 2;
 }
@@ -352,6 +354,7 @@ int cli_main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc, argv);
     if (!strcmp(cmd, "eval")) return cli_eval(argc, argv);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
     int known = !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize") || !strcmp(cmd, "inspect") || !strcmp(cmd, "logits");
     if (!known) {
         fprintf(stderr, "ilpd: unknown command '%s'\n", cmd);

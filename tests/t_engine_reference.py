@@ -5,12 +5,24 @@ Synthetic models with random weights cover every weight type, both
 architectures, tied and separate heads, Llama 3 rope scaling, row widths that
 are not a multiple of 32 (float types), 1 to 40 layers, and masked runs.
 
-Tolerance: max |engine - reference| <= TOL * max |reference logit|. The engine
-dequantises weights exactly as the format defines (so does the reference);
-what remains is float32 arithmetic against the reference's float64, a
-relative error near sqrt(width) * 6e-8 per dot product that grows slowly with
-depth. 1e-4 of the largest logit (the bound of the stories260K golden test)
-leaves a margin of about ten over the largest error seen across these models.
+Tolerance: max |engine - reference| <= 1e-4 * max |reference logit|, for
+every weight type. The engine uses the weights exactly as the format defines
+(so does the reference); what remains is float32 arithmetic against the
+reference's float64, a relative error near sqrt(width) * 6e-8 per dot product
+that grows slowly with depth. 1e-4 of the largest logit (the bound of the
+stories260K golden test) leaves a wide margin over the largest error seen
+(4e-7).
+
+Quantized types (Q8_0, Q4_0, Q4_K, Q6_K): like llama.cpp, the CPU backend
+multiplies them by the activation quantized once per matmul to int8 blocks of
+32, and the reference does the same (reference.py), so those cases also agree
+to about 1e-7. One thing float32 cannot reproduce: where a scaled activation
+lies within float32 noise of a rounding tie (x.5), the engine may round it the
+other way, and from that token on the logits differ by up to 1-2% (one int8
+step, carried forward by attention). So the positions before the first such
+divergence must agree within 1e-4, the divergence must sit exactly where the
+reference saw a near-tie (|frac - 0.5| < 1e-3 at that position), and the
+positions from there on must stay within LOOSE of the largest logit.
 """
 
 import os
@@ -28,6 +40,8 @@ from reference import Model  # noqa: E402
 ILPD = os.environ.get("ILPD", os.path.join(HERE, "..", "ilpd"))
 TMP = os.environ.get("TESTS_TMP", "/tmp")
 TOL = 1e-4
+LOOSE = 4e-2  # after a rounding-tie divergence (see above); twice the worst such case seen
+TIE = 1e-3
 
 SMALL = dict(dim=64, heads=4, kv_heads=2, ffn=128, vocab=320, ctx=128)
 KQUANT = dict(dim=256, heads=4, kv_heads=2, ffn=512, vocab=320, ctx=128)
@@ -53,6 +67,8 @@ CASES = [
     ("Q8_0 40 layers", dict(SMALL, type="Q8_0", layers=40), None),
     ("Q4_K 6 layers masked", dict(KQUANT, type="Q4_K", layers=6), [1, 1, 0, 1, 0, 1]),
     ("Q6_K 6 layers masked", dict(KQUANT, type="Q6_K", layers=6), [1, 0, 1, 1, 0, 1]),
+    ("Q8_0 vocab 328 (a head row tail outside the 16-row groups)", dict(SMALL, type="Q8_0", layers=2, vocab=328), None),
+    ("Q4_K vocab 328 (a head row tail outside the 16-row groups)", dict(KQUANT, type="Q4_K", layers=2, vocab=328), None),
     ("BF16 8 layers masked", dict(SMALL, type="BF16", layers=8), [1, 1, 1, 0, 0, 1, 0, 1]),
 ]
 
@@ -70,11 +86,20 @@ def run_case(i, name, shape, mask):
     if p.returncode != 0:
         return "ilpd logits failed: " + p.stderr.strip()[-300:]
     got = np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
-    want = Model(path).forward(tokens, [int(bool(b)) for b in mask] if mask is not None else None)
-    err = float(np.max(np.abs(got - want)))
+    model = Model(path)
+    want = model.forward(tokens, [int(bool(b)) for b in mask] if mask is not None else None)
     scale = float(np.max(np.abs(want)))
-    if not err <= TOL * scale:
-        return "max error %.3g exceeds %.0e * %.3g" % (err, TOL, scale)
+    err = np.max(np.abs(got - want), axis=1) / scale
+    bad = np.nonzero(err > TOL)[0]
+    if len(bad):
+        p = int(bad[0])
+        if not (model.tie[p] < TIE and err.max() <= LOOSE):
+            return "position %d: error %.3g of max |logit| exceeds %.0e (nearest rounding tie there %.2g)" % (
+                p, err[p], TOL, model.tie[p])
+        print("# %s: a rounding tie at position %d (|frac - 0.5| = %.1e): positions 0..%d within %.0e, "
+              "the rest within %.2g" % (name, p, model.tie[p], p - 1, TOL, err.max()))
+    else:
+        print("# %s: max error %.2g of max |logit|" % (name, err.max()))
     os.remove(path)
     return None
 

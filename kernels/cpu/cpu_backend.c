@@ -1,22 +1,71 @@
-/* cpu_backend.c - the CPU implementation of backend.h: plain C kernels run
- * over a thread pool. Activations and the KV cache live in host memory. */
+/* cpu_backend.c - the CPU implementation of backend.h: SIMD kernels chosen
+ * at run time (cpu_internal.h: AVX-512+VNNI, AVX2+FMA+F16C or scalar; the
+ * environment variable ILPD_CPU_ISA=avx2|scalar caps the choice) run over a
+ * thread pool. Activations and the KV cache live in host memory.
+ *
+ * Weights: weight_upload repacks Q8_0, Q4_0 and Q4_K in place into the x16
+ * layout (cpu_internal.h) and marks them with dev == host (ILPD_CPU_NO_REPACK
+ * keeps the file layout); everything that reads a weight (matmul, embed)
+ * understands both layouts.
+ *
+ * matmul: quantized weights get the activation quantized once per call
+ * (int8 blocks of 32) and integer kernels (repacked groups of 16 rows, Q6_K
+ * rows, file-layout rows dequantized as a fallback); float weights run
+ * register tiles of 4 rows x 4 tokens (prefill: panels of weights converted
+ * to float once and reused from L1 across every token). Rows are split in
+ * one contiguous range per thread, the last chunks balanced by stealing.
+ *
+ * KV cache: head-major inside each side ([kv head][position][head_dim], F32
+ * or F16), so that attention, parallel over (token, KV head) with the query
+ * heads of a group together, reads one stream per KV head.
+ *
+ * ILPD_CPU_PROFILE=1 prints the time spent in each kind of op when the
+ * backend is destroyed; =2 adds each matmul shape with its bandwidth. */
 #include <math.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_internal.h"
 #include "quant.h"
 #include "threadpool.h"
 
 typedef struct {
     tp_pool *pool;
     int n_threads;
+    const cpu_kern *k;
     float **scratch;      /* one buffer per thread */
     size_t scratch_len;   /* floats in each */
+    void *act_mem;        /* the quantized activation of the current matmul */
+    size_t act_bytes;
     atomic_ullong launches;
+    int profile;          /* ILPD_CPU_PROFILE=1: time each kind of op, printed at destroy; 2: and each matmul shape */
+    double prof_s[16];
+    uint64_t prof_n[16];
+    struct { int rows, cols, type, n1; double s; uint64_t calls; size_t bytes; } prof_mm[32]; /* ILPD_CPU_PROFILE=2 */
 } cpu_impl;
+
+enum { P_EMBED, P_RMSNORM, P_MATMUL1, P_MATMULN, P_QUANT, P_ROPE, P_ATTN, P_EW, P_BIAS, P_COUNT };
+static const char *prof_names[P_COUNT] = {"embed", "rmsnorm", "matmul n=1", "matmul n>1", "act quant", "rope",
+                                          "attention", "swiglu/add", "bias"};
+
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+#define PROF_BEGIN(c) double prof_t0_ = (c)->profile ? prof_now() : 0
+#define PROF_END(c, what)                                    \
+    do {                                                     \
+        if ((c)->profile) {                                  \
+            (c)->prof_s[what] += prof_now() - prof_t0_;      \
+            (c)->prof_n[what]++;                             \
+        }                                                    \
+    } while (0)
 
 static cpu_impl *impl_of(kb_backend *kb) { return kb->impl; }
 
@@ -38,10 +87,10 @@ static void cpu_copy(kb_backend *kb, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
-static int cpu_reserve(kb_backend *kb, int max_width, int n_ctx) {
-    cpu_impl *c = impl_of(kb);
-    size_t need = (size_t)(max_width > n_ctx ? max_width : n_ctx);
+/* Grows every thread's scratch to NEED floats; 0 or -1. */
+static int scratch_grow(cpu_impl *c, size_t need) {
     if (need <= c->scratch_len) return 0;
+    if (need < 2 * c->scratch_len) need = 2 * c->scratch_len; /* geometric: attention asks one position more per token */
     for (int i = 0; i < c->n_threads; i++) {
         float *p = realloc(c->scratch[i], need * sizeof(float));
         if (!p) return -1;
@@ -51,15 +100,25 @@ static int cpu_reserve(kb_backend *kb, int max_width, int n_ctx) {
     return 0;
 }
 
+static int cpu_reserve(kb_backend *kb, int max_width, int n_ctx) {
+    return scratch_grow(impl_of(kb), (size_t)(max_width > n_ctx ? max_width : n_ctx));
+}
+
+static int is_repacked(const kb_weight *w) { return w->dev && w->dev == w->host && repack_supported(w->type); }
+
 static int cpu_weight_upload(kb_backend *kb, kb_weight *w) {
     (void)kb;
+    if (is_repacked(w)) return 0; /* already done (a copy of an uploaded weight) */
     w->dev = NULL;
+    if (!repack_supported(w->type) || w->rows < RP_ROWS || getenv("ILPD_CPU_NO_REPACK")) return 0;
+    if (repack_weight(w->type, (void *)w->host, w->rows, w->cols)) return -1;
+    w->dev = (void *)w->host;
     return 0;
 }
 
 static void cpu_weight_release(kb_backend *kb, kb_weight *w) {
     (void)kb;
-    (void)w;
+    (void)w; /* repacked in place: nothing of ours to free */
 }
 
 static const void *weight_row(const kb_weight *w, int r) {
@@ -68,69 +127,240 @@ static const void *weight_row(const kb_weight *w, int r) {
 
 static void cpu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int32_t *tokens, int n) {
     count_launch(kb);
-    for (int i = 0; i < n; i++) quant_dequantize_row(emb->type, weight_row(emb, tokens[i]), out + (size_t)i * emb->cols, emb->cols);
+    PROF_BEGIN(impl_of(kb));
+    for (int i = 0; i < n; i++) {
+        float *o = out + (size_t)i * emb->cols;
+        if (is_repacked(emb))
+            repack_dequant_row(emb->type, emb->host, emb->rows, emb->cols, tokens[i], o);
+        else
+            quant_dequantize_row(emb->type, weight_row(emb, tokens[i]), o, emb->cols);
+    }
+    PROF_END(impl_of(kb), P_EMBED);
+}
+
+typedef struct {
+    cpu_impl *c;
+    float *out;
+    const float *x;
+    const kb_weight *w;
+    int n, dim;
+    float eps;
+} rows_job;
+
+static void rmsnorm_rows(void *ctx, size_t b, size_t e, int ith) {
+    (void)ith;
+    rows_job *j = ctx;
+    const float *g = j->w->host;
+    for (size_t i = b; i < e; i++) {
+        const float *xi = j->x + i * j->dim;
+        float ss = j->c->k->sumsq(xi, j->dim);
+        float scale = (float)(1.0 / sqrt((double)ss / j->dim + j->eps));
+        j->c->k->scale_mul(j->out + i * j->dim, xi, scale, g, j->dim);
+    }
 }
 
 static void cpu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps) {
     count_launch(kb);
-    const float *g = w->host;
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * dim;
-        float *oi = out + (size_t)i * dim;
-        double ss = 0;
-        for (int j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
-        float scale = (float)(1.0 / sqrt(ss / dim + eps));
-        for (int j = 0; j < dim; j++) oi[j] = xi[j] * scale * g[j];
-    }
+    PROF_BEGIN(impl_of(kb));
+    rows_job j = {impl_of(kb), out, x, w, n, dim, eps};
+    if (n >= 8)
+        tp_run(impl_of(kb)->pool, rmsnorm_rows, &j, (size_t)n, 1);
+    else
+        rmsnorm_rows(&j, 0, (size_t)n, 0);
+    PROF_END(impl_of(kb), P_RMSNORM);
 }
+
+/* ---- matmul ---- */
 
 typedef struct {
     cpu_impl *c;
     float *out;
     const kb_weight *w;
     const float *x;
-    int n;
+    act_q8 a;
+    int n, ng;            /* tokens; repacked groups (items [0, ng)), then single rows */
+    size_t row_bytes, group_bytes;
+    mm_float_fn fmm;      /* float weights */
+    mm_rp_fn qmm;         /* repacked groups */
+    int q6;               /* Q6_K rows by the integer kernel */
 } matmul_job;
 
-/* Rows [r0, r1) of W against every token of X. With one token the row is
- * dotted in place; with more it is dequantised once and reused. */
-static void matmul_rows(void *ctx, size_t r0, size_t r1, int ith) {
+static mm_float_fn float_kernel(const cpu_kern *k, ggml_type t) {
+    return t == GGML_TYPE_F32 ? k->mm_f32 : t == GGML_TYPE_F16 ? k->mm_f16 : t == GGML_TYPE_BF16 ? k->mm_bf16 : NULL;
+}
+
+static mm_rp_fn rp_kernel(const cpu_kern *k, ggml_type t) {
+    return t == GGML_TYPE_Q8_0 ? k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? k->mm_q4_0 : t == GGML_TYPE_Q4_K ? k->mm_q4_k : NULL;
+}
+
+/* Returns sum_k ROW[k] * (token T's activation as quantized in A). */
+static float dot_row_act(const float *row, const act_q8 *a, int t) {
+    const int8_t *q = a->qs + (size_t)t * a->cols;
+    const float *d = a->d + (size_t)t * a->nb;
+    float acc = 0;
+    for (int b = 0; b < a->nb; b++) {
+        float s = 0;
+        for (int i = 0; i < CPU_QK; i++) s += row[CPU_QK * b + i] * (float)q[CPU_QK * b + i];
+        acc += s * d[b];
+    }
+    return acc;
+}
+
+/* Items [b, e): groups first, then rows (each item of a float weight is a tile of 4 rows). */
+static void matmul_items(void *ctx, size_t b, size_t e, int ith) {
     matmul_job *j = ctx;
     const kb_weight *w = j->w;
-    int cols = w->cols;
-    float *row = j->n > 1 && j->c->scratch_len >= (size_t)cols ? j->c->scratch[ith] : NULL;
-    for (size_t r = r0; r < r1; r++) {
-        const void *wr = weight_row(w, (int)r);
-        if (row) {
-            quant_dequantize_row(w->type, wr, row, cols);
-            for (int t = 0; t < j->n; t++) {
-                const float *xt = j->x + (size_t)t * cols;
-                float s = 0;
-                for (int k = 0; k < cols; k++) s += row[k] * xt[k];
-                j->out[(size_t)t * w->rows + r] = s;
-            }
-        } else {
-            for (int t = 0; t < j->n; t++)
-                j->out[(size_t)t * w->rows + r] = quant_dot_row(w->type, wr, j->x + (size_t)t * cols, cols);
-        }
+    int rows = w->rows, cols = w->cols;
+    if (j->fmm) {
+        int r0 = (int)b * 4, r1 = (int)e * 4 < rows ? (int)e * 4 : rows;
+        j->fmm((const uint8_t *)w->host + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->x, cols, j->n, cols,
+               j->out + r0, rows);
+        return;
     }
+    if ((int)b < j->ng) {
+        int g1 = (int)e < j->ng ? (int)e : j->ng;
+        j->qmm((const uint8_t *)w->host + (size_t)b * j->group_bytes, j->group_bytes, g1 - (int)b, &j->a, j->n,
+               j->out + (size_t)b * RP_ROWS, rows);
+        b = (size_t)g1;
+    }
+    if (j->q6) {
+        j->c->k->mm_q6_k((const uint8_t *)w->host + b * j->row_bytes, j->row_bytes, (int)(e - b), &j->a, j->n,
+                         j->out + b, rows);
+        return;
+    }
+    /* rows in the file layout (a tail of fewer than 16 rows, or a type
+     * without an integer kernel on this CPU): dequantized, then dotted with
+     * the same quantized activation the integer kernels use, so that every
+     * row of a quantized weight has one arithmetic whatever the CPU */
+    float *row = j->c->scratch[ith];
+    for (size_t it = b; it < e; it++) {
+        int r = (int)(it - (size_t)j->ng) + j->ng * RP_ROWS;
+        quant_dequantize_row(w->type, weight_row(w, r), row, cols);
+        if (!j->a.qs) {
+            j->c->k->mm_f32(row, 0, 1, j->x, cols, j->n, cols, j->out + r, rows);
+            continue;
+        }
+        for (int t = 0; t < j->n; t++)
+            j->out[(size_t)t * rows + r] = dot_row_act(row, &j->a, t);
+    }
+}
+
+typedef struct {
+    cpu_impl *c;
+    const float *x;
+    act_q8 *a;
+} quant_job;
+
+static void quant_rows(void *ctx, size_t b, size_t e, int ith) {
+    (void)ith;
+    quant_job *q = ctx;
+    act_q8 *a = q->a;
+    for (size_t t = b; t < e; t++)
+        q->c->k->quant_act(q->x + t * a->cols, a->cols, a->qs + t * a->cols, a->d + t * a->nb, a->m8 + t * a->nb,
+                           a->m128 + t * a->nb, a->ds + t * a->nb);
+}
+
+/* Points A at room for n tokens of COLS in c->act_mem; 0 or -1. */
+static int act_prepare(cpu_impl *c, act_q8 *a, int n, int cols) {
+    size_t nb = (size_t)cols / CPU_QK, tn = (size_t)n;
+    size_t qs = (tn * cols + 63) / 64 * 64, fl = (tn * nb * 4 + 63) / 64 * 64;
+    size_t need = qs + 4 * fl;
+    if (need > c->act_bytes) {
+        free(c->act_mem);
+        c->act_mem = aligned_alloc(64, need);
+        c->act_bytes = c->act_mem ? need : 0;
+        if (!c->act_mem) return -1;
+    }
+    uint8_t *p = c->act_mem;
+    a->qs = (int8_t *)p;
+    a->d = (float *)(p + qs);
+    a->m8 = (int32_t *)(p + qs + fl);
+    a->m128 = (int32_t *)(p + qs + 2 * fl);
+    a->ds = (float *)(p + qs + 3 * fl);
+    a->cols = cols;
+    a->nb = (int)nb;
+    return 0;
 }
 
 static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n) {
     count_launch(kb);
-    matmul_job j = {impl_of(kb), out, w, x, n};
-    tp_run(impl_of(kb)->pool, matmul_rows, &j, (size_t)w->rows, 16);
+    cpu_impl *c = impl_of(kb);
+    PROF_BEGIN(c);
+    matmul_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.out = out;
+    j.w = w;
+    j.x = x;
+    j.n = n;
+    j.row_bytes = ggml_row_bytes(w->type, (uint64_t)w->cols);
+    size_t items;
+    j.fmm = float_kernel(c->k, w->type);
+    if (j.fmm) {
+        items = ((size_t)w->rows + 3) / 4;
+    } else {
+        j.q6 = w->type == GGML_TYPE_Q6_K && c->k->mm_q6_k && w->cols % 256 == 0;
+        if (w->cols % CPU_QK == 0) { /* always so for the quantized types */
+            if (is_repacked(w) && !j.q6) {
+                j.qmm = rp_kernel(c->k, w->type);
+                j.ng = w->rows / RP_ROWS;
+                j.group_bytes = RP_ROWS * j.row_bytes;
+            }
+            if (act_prepare(c, &j.a, n, w->cols) || scratch_grow(c, (size_t)w->cols)) {
+                /* out of memory for the quantized activation: row by row in float, slowly */
+                for (int r = 0; c->scratch_len >= (size_t)w->cols && r < w->rows; r++) {
+                    repack_dequant_row(w->type, w->host, w->rows, w->cols, r, c->scratch[0]);
+                    c->k->mm_f32(c->scratch[0], 0, 1, x, w->cols, n, w->cols, out + r, w->rows);
+                }
+                PROF_END(c, n == 1 ? P_MATMUL1 : P_MATMULN);
+                return;
+            }
+            quant_job q = {c, x, &j.a};
+            PROF_BEGIN(c);
+            if (n >= 8)
+                tp_run(c->pool, quant_rows, &q, (size_t)n, 1);
+            else
+                quant_rows(&q, 0, (size_t)n, 0);
+            PROF_END(c, P_QUANT);
+        }
+        scratch_grow(c, (size_t)w->cols);
+        items = (size_t)j.ng + (size_t)(w->rows - j.ng * RP_ROWS);
+    }
+    /* Each thread streams its own contiguous share in chunks of about a
+     * quarter of it; the last chunks go to whichever thread is free. */
+    size_t chunk = items / ((size_t)c->n_threads * 4);
+    if (chunk < 1) chunk = 1;
+    tp_run_dynamic(c->pool, matmul_items, &j, items, chunk);
+    PROF_END(c, n == 1 ? P_MATMUL1 : P_MATMULN);
+    if (c->profile > 1) { /* per weight shape */
+        double dt = prof_now() - prof_t0_;
+        for (int i = 0; i < 32; i++) {
+            if (c->prof_mm[i].calls && (c->prof_mm[i].rows != w->rows || c->prof_mm[i].cols != w->cols ||
+                                        c->prof_mm[i].type != (int)w->type || c->prof_mm[i].n1 != (n == 1)))
+                continue;
+            c->prof_mm[i].rows = w->rows;
+            c->prof_mm[i].cols = w->cols;
+            c->prof_mm[i].type = (int)w->type;
+            c->prof_mm[i].n1 = n == 1;
+            c->prof_mm[i].s += dt;
+            c->prof_mm[i].calls++;
+            c->prof_mm[i].bytes += w->nbytes;
+            break;
+        }
+    }
 }
 
 static void cpu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
     count_launch(kb);
+    PROF_BEGIN(impl_of(kb));
     const float *bv = b->host;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < b->cols; j++) x[(size_t)i * b->cols + j] += bv[j];
+    for (int i = 0; i < n; i++) impl_of(kb)->k->add(x + (size_t)i * b->cols, bv, (size_t)b->cols);
+    PROF_END(impl_of(kb), P_BIAS);
 }
 
 static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
     count_launch(kb);
+    PROF_BEGIN(impl_of(kb));
     int hd = s->head_dim, half = hd / 2;
     float cs[512], sn[512];
     for (int i = 0; i < n; i++) {
@@ -141,47 +371,39 @@ static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn
         }
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)i * n_heads + h) * hd;
-            for (int k = 0; k < half; k++) {
-                int a = s->neox ? k : 2 * k, b = s->neox ? k + half : 2 * k + 1;
-                float x0 = v[a], x1 = v[b];
-                v[a] = x0 * cs[k] - x1 * sn[k];
-                v[b] = x0 * sn[k] + x1 * cs[k];
+            if (s->neox) {
+                for (int k = 0; k < half; k++) {
+                    float x0 = v[k], x1 = v[k + half];
+                    v[k] = x0 * cs[k] - x1 * sn[k];
+                    v[k + half] = x0 * sn[k] + x1 * cs[k];
+                }
+            } else {
+                for (int k = 0; k < half; k++) {
+                    float x0 = v[2 * k], x1 = v[2 * k + 1];
+                    v[2 * k] = x0 * cs[k] - x1 * sn[k];
+                    v[2 * k + 1] = x0 * sn[k] + x1 * cs[k];
+                }
             }
         }
     }
+    PROF_END(impl_of(kb), P_ROPE);
 }
 
-/* Stores n rows of SRC (kv_dim wide) at positions pos0.. of the cache side DST. */
-static void kv_store(void *dst, kb_kv_type t, const float *src, int n, int pos0, int kv_dim) {
-    size_t off = (size_t)pos0 * kv_dim, cnt = (size_t)n * kv_dim;
-    if (t == KB_KV_F32) {
-        memcpy((float *)dst + off, src, cnt * sizeof(float));
-    } else {
-        uint16_t *h = (uint16_t *)dst + off;
-        for (size_t i = 0; i < cnt; i++) h[i] = quant_f32_to_f16(src[i]);
-    }
-}
-
-static float kv_dot(const kb_kv *c, const void *base, int pos, int off, const float *q, int hd) {
-    float s = 0;
-    if (c->type == KB_KV_F32) {
-        const float *k = (const float *)base + (size_t)pos * c->kv_dim + off;
-        for (int i = 0; i < hd; i++) s += q[i] * k[i];
-    } else {
-        const uint16_t *k = (const uint16_t *)base + (size_t)pos * c->kv_dim + off;
-        for (int i = 0; i < hd; i++) s += q[i] * quant_f16_to_f32(k[i]);
-    }
-    return s;
-}
-
-static void kv_axpy(const kb_kv *c, const void *base, int pos, int off, float a, float *out, int hd) {
-    if (c->type == KB_KV_F32) {
-        const float *v = (const float *)base + (size_t)pos * c->kv_dim + off;
-        for (int i = 0; i < hd; i++) out[i] += a * v[i];
-    } else {
-        const uint16_t *v = (const uint16_t *)base + (size_t)pos * c->kv_dim + off;
-        for (int i = 0; i < hd; i++) out[i] += a * quant_f16_to_f32(v[i]);
-    }
+/* The CPU backend keeps each side of a layer's KV cache head-major:
+ * [kv head][position][head_dim], so that the attention of one KV head reads
+ * one contiguous stream. Stores the n rows of SRC (kv_dim wide) at
+ * positions pos0.. of the cache side DST. */
+static void kv_store(const cpu_kern *k, void *dst, const kb_kv *c, const float *src, int n, int pos0, int hd) {
+    int nh = c->kv_dim / hd;
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < nh; g++) {
+            size_t off = ((size_t)g * c->n_ctx + (size_t)(pos0 + i)) * hd;
+            const float *from = src + (size_t)i * c->kv_dim + (size_t)g * hd;
+            if (c->type == KB_KV_F32)
+                memcpy((float *)dst + off, from, (size_t)hd * sizeof(float));
+            else
+                k->to_f16((uint16_t *)dst + off, from, (size_t)hd);
+        }
 }
 
 typedef struct {
@@ -193,53 +415,69 @@ typedef struct {
     const kb_attn_shape *s;
 } attn_job;
 
-/* Items are (query token, head) pairs: softmax(q.K / sqrt(d)) V over the
- * causal window of that token. */
+/* Items are (query token, KV head) pairs: the query heads sharing that KV
+ * head attend together over the causal window of that token. */
 static void attn_items(void *ctx, size_t b, size_t e, int ith) {
     attn_job *j = ctx;
     const kb_attn_shape *s = j->s;
+    const kb_kv *c = j->cache;
     int hd = s->head_dim, group = s->n_heads / s->n_kv_heads;
-    float *score = j->c->scratch[ith];
+    int f16 = c->type == KB_KV_F16;
+    size_t esz = f16 ? 2 : 4;
     float scale = 1.0f / sqrtf((float)hd);
     for (size_t it = b; it < e; it++) {
-        int i = (int)(it / (size_t)s->n_heads), h = (int)(it % (size_t)s->n_heads);
-        int pos = j->pos0 + i, off = (h / group) * hd;
-        const float *q = j->q + ((size_t)i * s->n_heads + h) * hd;
-        float *o = j->out + ((size_t)i * s->n_heads + h) * hd;
-        float mx = -INFINITY;
-        for (int t = 0; t <= pos; t++) {
-            score[t] = kv_dot(j->cache, j->cache->k, t, off, q, hd) * scale;
-            if (score[t] > mx) mx = score[t];
-        }
-        double sum = 0;
-        for (int t = 0; t <= pos; t++) {
-            score[t] = expf(score[t] - mx);
-            sum += score[t];
-        }
-        float inv = (float)(1.0 / sum);
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int t = 0; t <= pos; t++) kv_axpy(j->cache, j->cache->v, t, off, score[t] * inv, o, hd);
+        int i = (int)(it / (size_t)s->n_kv_heads), g = (int)(it % (size_t)s->n_kv_heads);
+        size_t qoff = ((size_t)i * s->n_heads + (size_t)g * group) * hd;
+        size_t hoff = (size_t)g * c->n_ctx * hd * esz;
+        j->c->k->attn(j->q + qoff, group, (const uint8_t *)c->k + hoff, (const uint8_t *)c->v + hoff, f16, (size_t)hd,
+                      j->pos0 + i + 1, hd, scale,
+                      j->c->scratch[ith], j->out + qoff);
     }
 }
 
 static void cpu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
                           int n, int pos0, const kb_attn_shape *s) {
     count_launch(kb);
-    kv_store(cache->k, cache->type, k, n, pos0, cache->kv_dim);
-    kv_store(cache->v, cache->type, v, n, pos0, cache->kv_dim);
-    attn_job j = {impl_of(kb), out, q, cache, pos0, s};
-    tp_run(impl_of(kb)->pool, attn_items, &j, (size_t)n * s->n_heads, 1);
+    cpu_impl *c = impl_of(kb);
+    PROF_BEGIN(c);
+    kv_store(c->k, cache->k, cache, k, n, pos0, s->head_dim);
+    kv_store(c->k, cache->v, cache, v, n, pos0, s->head_dim);
+    if (scratch_grow(c, ((size_t)pos0 + (size_t)n) * (size_t)(s->n_heads / s->n_kv_heads))) return;
+    attn_job j = {c, out, q, cache, pos0, s};
+    tp_run_dynamic(c->pool, attn_items, &j, (size_t)n * s->n_kv_heads, 1);
+    PROF_END(c, P_ATTN);
 }
 
-static void cpu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) {
-    count_launch(kb);
-    for (size_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+typedef struct {
+    cpu_impl *c;
+    float *x;
+    const float *y;
+    int op; /* 0 swiglu, 1 add */
+} ew_job;
+
+static void ew_items(void *ctx, size_t b, size_t e, int ith) {
+    (void)ith;
+    ew_job *j = ctx;
+    if (j->op == 0)
+        j->c->k->swiglu(j->x + b, j->y + b, e - b);
+    else
+        j->c->k->add(j->x + b, j->y + b, e - b);
 }
 
-static void cpu_add(kb_backend *kb, float *x, const float *y, size_t n) {
+static void elementwise(kb_backend *kb, float *x, const float *y, size_t n, int op) {
     count_launch(kb);
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+    PROF_BEGIN(impl_of(kb));
+    ew_job j = {impl_of(kb), x, y, op};
+    if (n >= 65536)
+        tp_run(impl_of(kb)->pool, ew_items, &j, n, 64);
+    else
+        ew_items(&j, 0, n, 0);
+    PROF_END(impl_of(kb), P_EW);
 }
+
+static void cpu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) { elementwise(kb, gate, up, n, 0); }
+
+static void cpu_add(kb_backend *kb, float *x, const float *y, size_t n) { elementwise(kb, x, y, n, 1); }
 
 static void cpu_sync(kb_backend *kb) { (void)kb; }
 
@@ -249,9 +487,25 @@ static void cpu_destroy(kb_backend *kb) {
     if (!kb) return;
     cpu_impl *c = kb->impl;
     if (c) {
+        if (c->profile) {
+            double tot = 0;
+            for (int i = 0; i < P_COUNT; i++) tot += c->prof_s[i];
+            fprintf(stderr, "cpu profile (%s kernels, %d threads): %.3f s in ops\n", c->k->name, c->n_threads, tot);
+            for (int i = 0; i < P_COUNT; i++)
+                if (c->prof_n[i])
+                    fprintf(stderr, "  %-12s %10.3f ms %8llu calls %8.2f us/call %5.1f%%\n", prof_names[i], c->prof_s[i] * 1e3,
+                            (unsigned long long)c->prof_n[i], c->prof_s[i] * 1e6 / c->prof_n[i],
+                            tot > 0 ? 100 * c->prof_s[i] / tot : 0);
+        }
+        for (int i = 0; c->profile > 1 && i < 32 && c->prof_mm[i].calls; i++)
+            fprintf(stderr, "  matmul %-5s %6d x %-6d %s %8.3f ms %7llu calls %8.2f us/call %6.1f GB/s\n",
+                    ggml_type_name((ggml_type)c->prof_mm[i].type), c->prof_mm[i].rows, c->prof_mm[i].cols,
+                    c->prof_mm[i].n1 ? "n=1" : "n>1", c->prof_mm[i].s * 1e3, (unsigned long long)c->prof_mm[i].calls,
+                    c->prof_mm[i].s * 1e6 / c->prof_mm[i].calls, c->prof_mm[i].bytes / c->prof_mm[i].s / 1e9);
         tp_destroy(c->pool);
         for (int i = 0; c->scratch && i < c->n_threads; i++) free(c->scratch[i]);
         free(c->scratch);
+        free(c->act_mem);
         free(c);
     }
     free(kb);
@@ -267,9 +521,11 @@ kb_backend *kb_cpu_create(int n_threads) {
     if (!kb || !c) goto fail;
     kb->impl = c;
     c->n_threads = n_threads;
+    c->k = cpu_kern_best();
+    c->profile = getenv("ILPD_CPU_PROFILE") ? atoi(getenv("ILPD_CPU_PROFILE")) : 0;
     c->scratch = calloc((size_t)n_threads, sizeof *c->scratch);
     c->pool = tp_create(n_threads);
-    if (!c->scratch || !c->pool) goto fail;
+    if (!c->scratch || !c->pool || scratch_grow(c, 4096)) goto fail;
     kb->name = "cpu";
     kb->alloc = cpu_alloc;
     kb->free = cpu_free;

@@ -1,6 +1,8 @@
 /* quant.c - scalar reference implementations of the weight formats. */
 #include "quant.h"
 
+#include "cpu_internal.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -77,6 +79,8 @@ uint16_t quant_f32_to_f16(float f) {
     return (uint16_t)half;
 }
 
+float cpu_f16_to_f32(uint16_t h) { return quant_f16_to_f32(h); }
+
 float quant_bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
@@ -84,8 +88,7 @@ float quant_bf16_to_f32(uint16_t h) {
     return f;
 }
 
-/* The 6-bit scale and min of sub-block j of a Q4_K super-block. */
-static void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m) {
+void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = q[j] & 63;
         *m = q[j + 4] & 63;

@@ -3,7 +3,10 @@
 
 Weights are dequantized with scripts/ilpd_gguf.py exactly as the file defines
 them, then all arithmetic runs in float64, so the only approximation against
-an ideal implementation is the weight format itself.
+an ideal implementation is the weight format itself, with one rule that
+llama.cpp and ilpd share: a matmul with a quantized weight (Q8_0, Q4_0, Q4_K,
+Q6_K) multiplies the weight by its input quantized to int8 blocks of 32
+(float32 d = max|x| / 127, q = round-half-even(x * (1/d)), input = q * d).
 
 Model semantics (as llama.cpp defines them for these architectures):
   x = token_embd[token]
@@ -34,6 +37,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ilpd_gguf  # noqa: E402
 
 ROPE_MODE = {"llama": "norm", "qwen2": "neox"}
+QUANTIZED = (ilpd_gguf.Q8_0, ilpd_gguf.Q4_0, ilpd_gguf.Q4_K, ilpd_gguf.Q6_K)
+
+
+def quantize_activation(h):
+    """Return (h [n, cols] (cols % 32 == 0) rounded as the integer matmuls see it, float64;
+    per row, the smallest distance of a scaled value from a rounding tie (x.5))."""
+    x = h.astype(np.float32).reshape(len(h), -1, 32)
+    d = np.max(np.abs(x), axis=-1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    scaled = x * inv
+    q = np.rint(scaled)
+    tie = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5).reshape(len(h), -1).min(axis=1)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(h.shape), tie
 
 
 class Model:
@@ -90,7 +107,10 @@ class Model:
         return out
 
     def _linear(self, h, name):
-        """Return h @ W.T (+ bias when the file has one), float64."""
+        """Return h @ W.T (+ bias when the file has one), float64; h quantized first for a quantized W."""
+        if self.gguf.tensors[name + ".weight"][0] in QUANTIZED:
+            h, tie = quantize_activation(h)
+            self.tie = np.minimum(self.tie, tie)
         y = h @ self.weight(name + ".weight").T.astype(np.float64)
         b = self.weight(name + ".bias")
         return y if b is None else y + b
@@ -132,6 +152,9 @@ class Model:
         if tokens.min() < 0 or tokens.max() >= self.vocab:
             raise ValueError("token id out of range [0, %d)" % self.vocab)
         pos = np.arange(len(tokens))
+        # Per position, how close any quantized activation came to a rounding
+        # tie: there a float32 engine may legitimately round the other way.
+        self.tie = np.full(len(tokens), np.inf)
         x = self.weight("token_embd.weight")[tokens].astype(np.float64)
         for i in range(self.n_layer):
             if not mask[i]:
@@ -140,10 +163,8 @@ class Model:
             x = x + self._attention(self._rmsnorm(x, self.weight(p + "attn_norm.weight")), p, pos)
             x = x + self._ffn(self._rmsnorm(x, self.weight(p + "ffn_norm.weight")), p)
         x = self._rmsnorm(x, self.weight("output_norm.weight"))
-        head = self.weight("output.weight")
-        if head is None:
-            head = self.weight("token_embd.weight")
-        return x @ head.T.astype(np.float64)
+        head = "output" if "output.weight" in self.gguf.tensors else "token_embd"
+        return self._linear(x, head)
 
     def greedy(self, tokens, n_steps, mask=None):
         """Return (generated ids, chosen logits): n_steps of argmax decoding after tokens."""

@@ -1,0 +1,127 @@
+/* cpu_internal.h - what the CPU backend's files share: the kernel table
+ * chosen at run time (scalar, AVX2+FMA+F16C, AVX-512 with VNNI), the
+ * quantized activation format, and the repacked weight layouts.
+ *
+ * Quantized matmuls (Q8_0, Q4_0, Q4_K) never dequantize weights to float:
+ * the activation is quantized once per matmul into blocks of 32 int8 with a
+ * float scale (act_q8, finer than llama.cpp's per-256 Q8_K for the K-quants)
+ * and the kernels use integer dot products (AVX-512 VNNI vpdpbusd, AVX2
+ * maddubs), applying the weight and activation scales per block in float.
+ *
+ * Repacked layout ("x16"): the CPU backend rewrites Q8_0, Q4_0 and Q4_K
+ * weights IN PLACE at weight_upload (same bytes, same size) so that 16
+ * consecutive rows are interleaved 4 bytes at a time: one 64-byte load then
+ * holds 4 quants of each of 16 rows, and one vpdpbusd with a broadcast
+ * activation dword advances 16 dot products. Groups of 16 rows keep their
+ * place in memory (a group spans exactly the bytes of its 16 rows); rows
+ * past the last whole group keep the file layout. Per block b of a group
+ * (the group's bytes are nb such blocks in a row, nb = blocks per row):
+ *
+ *   Q4_0 (16 x 18 bytes):  d[16] (f16) | for k 0..3: 16 rows x qs[4k..4k+3]
+ *   Q8_0 (16 x 34 bytes):  d[16] (f16) | for k 0..7: 16 rows x (qs[4k..4k+3] ^ 0x80)
+ *   Q4_K (16 x 144 bytes): d[16] | dmin[16] | lo[8][16] | hi[4][16] |
+ *                          for c 0..3, k 0..7: 16 rows x qs[32c+4k..+3]
+ *     lo[j][r] = (sc_j & 15) | (m_j & 15) << 4
+ *     hi[p][r] = sc_2p >> 4 | (m_2p >> 4) << 2 | (sc_2p+1 >> 4) << 4 | (m_2p+1 >> 4) << 6
+ *
+ * Q8_0 quants are stored offset by 128 (as unsigned bytes) so that vpdpbusd
+ * (unsigned x signed) applies; the activation's block sums correct it.
+ */
+#ifndef ILPD_CPU_INTERNAL_H
+#define ILPD_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CPU_QK 32         /* activation block */
+#define RP_ROWS 16    /* rows per repacked group */
+
+/* A quantized activation: n tokens of COLS values (cols % 32 == 0).
+ * Token t's values are qs[t*cols ...] = round(x / d), |q| <= 127, and for
+ * each block b of 32: d[t*nb+b], m8 = -8 * sum(q), m128 = -128 * sum(q),
+ * ds = d * sum(q). */
+typedef struct {
+    int8_t *qs;
+    float *d;
+    int32_t *m8, *m128;
+    float *ds;
+    int cols, nb;
+} act_q8;
+
+/* out[t*ldo + r] = sum_k W[r][k] * x[t*ldx + k] for r < rows, t < n, with W
+ * row-major in its file type (F32, F16 or BF16), ROW_BYTES apart. Any cols. */
+typedef void (*mm_float_fn)(const void *w, size_t row_bytes, int rows, const float *x, int ldx, int n, int cols,
+                            float *out, int ldo);
+/* The same for NG repacked groups of 16 rows (GROUP_BYTES apart) against a
+ * quantized activation of n tokens: out[t*ldo + 16*g + i]. */
+typedef void (*mm_rp_fn)(const uint8_t *w, size_t group_bytes, int ng, const act_q8 *a, int n, float *out,
+                         int ldo);
+
+typedef struct {
+    const char *name;
+    mm_float_fn mm_f32, mm_f16, mm_bf16;
+    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k;
+    /* Q6_K rows in the file layout (not repacked) against a quantized
+     * activation: out[t*ldo + r] for r < rows; NULL: dequantize instead. */
+    void (*mm_q6_k)(const uint8_t *w, size_t row_bytes, int rows, const act_q8 *a, int n, float *out, int ldo);
+    /* Quantizes token row X (cols % 32 == 0) into block form at block index 0 of the pointers. */
+    void (*quant_act)(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds);
+    /* Causal attention of G query heads (Q: G rows of HD) sharing one KV
+     * head: K and V point at that head's values at position 0, STRIDE
+     * elements apart per position, F32 (f16 = 0) or F16; NPOS positions.
+     * OUT gets G rows of HD; SCORE is scratch for G * NPOS floats. */
+    void (*attn)(const float *q, int g, const void *k, const void *v, int f16, size_t stride, int npos, int hd,
+                 float scale, float *score, float *out);
+    /* Dot of n floats. */
+    float (*dot_f32)(const float *a, const float *b, int n);
+    /* Dot of n floats with n F16 values. */
+    float (*dot_f16)(const float *a, const uint16_t *b, int n);
+    /* y += a * x over n values; x float or F16. */
+    void (*axpy_f32)(float *y, float a, const float *x, int n);
+    void (*axpy_f16)(float *y, float a, const uint16_t *x, int n);
+    /* Sum of x[i] ... in place: x[i] = exp(x[i] - mx); returns the sum. */
+    float (*exp_sum)(float *x, int n, float mx);
+    /* g = silu(g) * u */
+    void (*swiglu)(float *g, const float *u, size_t n);
+    /* Sum of squares (double accumulation not needed: float pairs are fine). */
+    float (*sumsq)(const float *x, int n);
+    /* out = x * s * w */
+    void (*scale_mul)(float *out, const float *x, float s, const float *w, int n);
+    void (*add)(float *x, const float *y, size_t n);
+    /* F32 -> F16 for n values (KV store). */
+    void (*to_f16)(uint16_t *out, const float *x, size_t n);
+} cpu_kern;
+
+/* The kernel tables: scalar always; the others are NULL when the compiler
+ * cannot build them. cpu_kern_best() picks the best the CPU supports
+ * (ILPD_CPU_ISA=scalar|avx2|avx512 in the environment caps it). */
+extern const cpu_kern cpu_kern_scalar;
+const cpu_kern *cpu_kern_avx2(void);   /* NULL when the CPU lacks AVX2/FMA/F16C */
+const cpu_kern *cpu_kern_avx512(void); /* NULL when the CPU lacks AVX-512 F/BW/VL/VNNI */
+const cpu_kern *cpu_kern_best(void);
+
+/* Repacking (repack.c). */
+int repack_supported(ggml_type t);
+/* Repacks the whole groups of ROWS rows of COLS in place; 0 or -1 (out of memory). */
+int repack_weight(ggml_type t, void *data, int rows, int cols);
+/* Dequantizes row R of a repacked weight (rows in whole groups repacked, the rest not). */
+void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r, float *out);
+/* Bytes of one group of 16 rows. */
+size_t repack_group_bytes(ggml_type t, int cols);
+
+/* Scalar helpers shared by the kernels. */
+float cpu_f16_to_f32(uint16_t h);
+/* The 6-bit scale and min of sub-block j of a Q4_K super-block. */
+void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

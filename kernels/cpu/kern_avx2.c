@@ -1,0 +1,493 @@
+/* kern_avx2.c - AVX2 + FMA + F16C kernels, for x86-64 CPUs without
+ * AVX-512. Integer dot products use maddubs (u8 x s8 -> s16 pairs) and
+ * madd against ones; the x16 groups are read as two halves of 8 rows. */
+#include "cpu_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ILPD_NO_SIMD)
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define T256 __attribute__((target("avx2,fma,f16c,bmi2")))
+#define AI inline __attribute__((always_inline))
+
+enum { W_F32, W_F16, W_BF16 };
+
+static AI T256 __m256 loadw(int wt, const uint8_t *p, int k) {
+    if (wt == W_F32) return _mm256_loadu_ps((const float *)p + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
+    if (wt == W_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static AI T256 float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static AI T256 int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static AI float wscalar(int wt, const uint8_t *p, int k) {
+    uint16_t h;
+    if (wt == W_F32) return ((const float *)p)[k];
+    memcpy(&h, p + 2 * (size_t)k, 2);
+    if (wt == W_F16) return cpu_f16_to_f32(h);
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static AI T256 void ftile(int wt, int RT, int TT, const uint8_t *w, size_t rb, const float *x, int ldx, int cols,
+                          float *out, int ldo) {
+    __m256 acc[4][3];
+    for (int i = 0; i < RT; i++)
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= cols; k += 8) {
+        __m256 wv[4];
+        for (int i = 0; i < RT; i++) wv[i] = loadw(wt, w + (size_t)i * rb, k);
+        for (int j = 0; j < TT; j++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)j * ldx + k);
+            for (int i = 0; i < RT; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < RT; i++)
+        for (int j = 0; j < TT; j++) {
+            float s = hsum(acc[i][j]);
+            for (int kk = k; kk < cols; kk++) s += wscalar(wt, w + (size_t)i * rb, kk) * x[(size_t)j * ldx + kk];
+            out[(size_t)j * ldo + i] = s;
+        }
+}
+
+static AI T256 float row_dot(int wt, const uint8_t *w, const float *x, int cols) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + 32 <= cols; k += 32) {
+        a0 = _mm256_fmadd_ps(loadw(wt, w, k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(loadw(wt, w, k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(loadw(wt, w, k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(loadw(wt, w, k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    }
+    for (; k + 8 <= cols; k += 8) a0 = _mm256_fmadd_ps(loadw(wt, w, k), _mm256_loadu_ps(x + k), a0);
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < cols; k++) s += wscalar(wt, w, k) * x[k];
+    return s;
+}
+
+static AI T256 void mm_float(int wt, const void *wv, size_t rb, int rows, const float *x, int ldx, int n, int cols,
+                             float *out, int ldo) {
+    const uint8_t *w = wv;
+    int r = 0;
+    if (n == 1) { /* decode: one sequential stream, 4 chains */
+        for (; r < rows; r++) out[r] = row_dot(wt, w + (size_t)r * rb, x, cols);
+        return;
+    }
+    for (; r + 4 <= rows; r += 4) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        int t = 0;
+        for (; t + 2 <= n; t += 2) ftile(wt, 4, 2, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+        if (t < n) ftile(wt, 4, 1, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+    }
+    for (; r < rows; r++) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        int t = 0;
+        for (; t + 3 <= n; t += 3) ftile(wt, 1, 3, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+        for (; t < n; t++) ftile(wt, 1, 1, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+    }
+}
+
+static T256 void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
+                        int ldo) {
+    mm_float(W_F32, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+static T256 void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
+                        int ldo) {
+    mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+static T256 void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
+                         int ldo) {
+    mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+
+static AI int32_t ld32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Dword lanes of u8 U times s8 S (4 products each): maddubs then madd by 1. */
+static AI T256 __m256i dot4(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Q4_0 / Q8_0, rows 8h..8h+7 of a group, TT tokens. */
+static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb;
+    const size_t bb = Q4 ? 16 * 18 : 16 * 34;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const int8_t *aq[4];
+    const float *ad[4];
+    const int32_t *am[4];
+    __m256 accf[4];
+    for (int j = 0; j < TT; j++) {
+        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
+        ad[j] = a->d + (size_t)(t0 + j) * nb;
+        am[j] = a->m8 + (size_t)(t0 + j) * nb;
+        accf[j] = _mm256_setzero_ps();
+    }
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *o = g + (size_t)b * bb;
+        /* two accumulators per token: shorter dependency chains */
+        __m256i acc[4], acc2[4];
+        for (int j = 0; j < TT; j++) {
+            acc[j] = Q4 ? _mm256_set1_epi32(am[j][b]) : _mm256_setzero_si256();
+            acc2[j] = _mm256_setzero_si256();
+        }
+        if (Q4) {
+            for (int k = 0; k < 4; k++) {
+                __m256i L = _mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h));
+                __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                for (int j = 0; j < TT; j++) {
+                    __m256i p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, _mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k))),
+                        _mm256_maddubs_epi16(hi, _mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k))));
+                    if (k & 1)
+                        acc2[j] = _mm256_add_epi32(acc2[j], _mm256_madd_epi16(p, ones));
+                    else
+                        acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(p, ones));
+                }
+            }
+        } else {
+            for (int k = 0; k < 8; k++) {
+                __m256i s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h)), x80);
+                __m256i u = _mm256_sign_epi8(s, s);
+                for (int j = 0; j < TT; j++) {
+                    __m256i av = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), s);
+                    if (k & 1)
+                        acc2[j] = _mm256_add_epi32(acc2[j], dot4(u, av));
+                    else
+                        acc[j] = _mm256_add_epi32(acc[j], dot4(u, av));
+                }
+            }
+        }
+        for (int j = 0; j < TT; j++) acc[j] = _mm256_add_epi32(acc[j], acc2[j]);
+        __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+        for (int j = 0; j < TT; j++)
+            accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[j]), _mm256_mul_ps(ws, _mm256_set1_ps(ad[j][b])), accf[j]);
+    }
+    for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
+}
+
+static AI T256 void q4k_tile(int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, nsb = nb / 8;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi32(3), m15 = _mm256_set1_epi32(15);
+    const int8_t *aq[2];
+    const float *ad[2], *ads[2];
+    __m256 accf[2];
+    for (int j = 0; j < TT; j++) {
+        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
+        ad[j] = a->d + (size_t)(t0 + j) * nb;
+        ads[j] = a->ds + (size_t)(t0 + j) * nb;
+        accf[j] = _mm256_setzero_ps();
+    }
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *o = g + (size_t)sb * 16 * 144;
+        __m256 accsc[2], accm[2];
+        for (int j = 0; j < TT; j++) accsc[j] = accm[j] = _mm256_setzero_ps();
+        for (int c = 0; c < 4; c++) {
+            __m256i accA[2], accB[2];
+            for (int j = 0; j < TT; j++) accA[j] = accB[j] = _mm256_setzero_si256();
+            const uint8_t *q = o + 256 + (size_t)c * 8 * 64 + 32 * h;
+            for (int k = 0; k < 8; k++) {
+                __m256i L = _mm256_loadu_si256((const __m256i *)(q + 64 * k));
+                __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                for (int j = 0; j < TT; j++) {
+                    const int8_t *ab = aq[j] + 256 * sb + 64 * c + 4 * k;
+                    accA[j] = _mm256_add_epi32(accA[j], dot4(lo, _mm256_set1_epi32(ld32(ab))));
+                    accB[j] = _mm256_add_epi32(accB[j], dot4(hi, _mm256_set1_epi32(ld32(ab + 32))));
+                }
+            }
+            __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 192 + 16 * c + 8 * h)));
+            for (int hh = 0; hh < 2; hh++) {
+                int jj = 2 * c + hh;
+                __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 64 + 16 * jj + 8 * h)));
+                __m256i hs = _mm256_srli_epi32(hi, 4 * hh);
+                __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, m15), _mm256_slli_epi32(_mm256_and_si256(hs, m3), 4));
+                __m256i mn = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
+                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hs, 2), m3), 4));
+                __m256 scf = _mm256_cvtepi32_ps(sc), mf = _mm256_cvtepi32_ps(mn);
+                for (int j = 0; j < TT; j++) {
+                    __m256i ai = hh ? accB[j] : accA[j];
+                    accsc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), _mm256_mul_ps(scf, _mm256_set1_ps(ad[j][8 * sb + jj])),
+                                               accsc[j]);
+                    accm[j] = _mm256_fmadd_ps(mf, _mm256_set1_ps(ads[j][8 * sb + jj]), accm[j]);
+                }
+            }
+        }
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+        __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
+        for (int j = 0; j < TT; j++) {
+            accf[j] = _mm256_fmadd_ps(d, accsc[j], accf[j]);
+            accf[j] = _mm256_fnmadd_ps(dm, accm[j], accf[j]);
+        }
+    }
+    for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
+}
+
+static T256 void mm_q4_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    for (int g = 0; g < ng; g++)
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *gp = w + (size_t)g * gbytes;
+            float *og = out + (size_t)g * RP_ROWS;
+            int t = 0;
+            for (; t + 4 <= n; t += 4) q32_tile(1, 4, gp, h, a, t, og, ldo);
+            for (; t < n; t++) q32_tile(1, 1, gp, h, a, t, og, ldo);
+        }
+}
+
+static T256 void mm_q8_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    for (int g = 0; g < ng; g++)
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *gp = w + (size_t)g * gbytes;
+            float *og = out + (size_t)g * RP_ROWS;
+            int t = 0;
+            for (; t + 4 <= n; t += 4) q32_tile(0, 4, gp, h, a, t, og, ldo);
+            for (; t < n; t++) q32_tile(0, 1, gp, h, a, t, og, ldo);
+        }
+}
+
+static T256 void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    for (int g = 0; g < ng; g++)
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *gp = w + (size_t)g * gbytes;
+            float *og = out + (size_t)g * RP_ROWS;
+            int t = 0;
+            for (; t + 2 <= n; t += 2) q4k_tile(2, gp, h, a, t, og, ldo);
+            for (; t < n; t++) q4k_tile(1, gp, h, a, t, og, ldo);
+        }
+}
+
+static T256 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int b = 0; b < cols / CPU_QK; b++) {
+        __m256 v[4];
+        for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(x + CPU_QK * b + 8 * i);
+        __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        float amax = _mm_cvtss_f32(m);
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
+        int32_t sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        /* pack 32 int32 -> 32 int8 in order */
+        __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+        __m256i p = _mm256_packs_epi16(p01, p23);
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(qs + CPU_QK * b), p);
+        d[b] = db;
+        m8[b] = -8 * sum;
+        m128[b] = -128 * sum;
+        ds[b] = db * (float)sum;
+    }
+}
+
+static T256 float dot_f32(const float *a, const float *b, int n) {
+    __m256 s = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
+    float r = hsum(s);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+static T256 float dot_f16(const float *a, const uint16_t *b, int n) {
+    __m256 s = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), s);
+    float r = hsum(s);
+    for (; i < n; i++) r += a[i] * cpu_f16_to_f32(b[i]);
+    return r;
+}
+
+static T256 void axpy_f32(float *y, float a, const float *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static T256 void axpy_f16(float *y, float a, const uint16_t *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
+}
+
+static AI T256 __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.3762626647949f));
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+static T256 float exp_sum(float *x, int n, float mx) {
+    __m256 vm = _mm256_set1_ps(mx), s = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        s = _mm256_add_ps(s, e);
+    }
+    float r = hsum(s);
+    if (i < n) {
+        float buf[8] = {0};
+        int left = n - i;
+        for (int k = 0; k < left; k++) buf[k] = x[i + k] - mx;
+        __m256 e = exp256(_mm256_loadu_ps(buf));
+        _mm256_storeu_ps(buf, e);
+        for (int k = 0; k < left; k++) {
+            x[i + k] = buf[k];
+            r += buf[k];
+        }
+    }
+    return r;
+}
+
+static T256 void swiglu(float *g, const float *u, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, exp256(_mm256_xor_ps(gv, sign))));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+    if (i < n) {
+        float gb[8] = {0}, ub[8] = {0};
+        size_t left = n - i;
+        memcpy(gb, g + i, left * 4);
+        memcpy(ub, u + i, left * 4);
+        __m256 gv = _mm256_loadu_ps(gb);
+        __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, exp256(_mm256_xor_ps(gv, sign))));
+        _mm256_storeu_ps(gb, _mm256_mul_ps(s, _mm256_loadu_ps(ub)));
+        memcpy(g + i, gb, left * 4);
+    }
+}
+
+static T256 float sumsq(const float *x, int n) {
+    __m256 s = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        s = _mm256_fmadd_ps(v, v, s);
+    }
+    float r = hsum(s);
+    for (; i < n; i++) r += x[i] * x[i];
+    return r;
+}
+
+static T256 void scale_mul(float *out, const float *x, float sc, const float *w, int n) {
+    __m256 vs = _mm256_set1_ps(sc);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) out[i] = x[i] * sc * w[i];
+}
+
+static T256 void add(float *x, const float *y, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) x[i] += y[i];
+}
+
+uint16_t quant_f32_to_f16(float f);
+
+static T256 void to_f16(uint16_t *out, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) out[i] = quant_f32_to_f16(x[i]);
+}
+
+/* G query heads sharing one KV head (see cpu_internal.h). */
+static T256 void attn(const float *q, int G, const void *k, const void *v, int f16, size_t stride, int npos, int hd,
+                      float scale, float *score, float *out) {
+    for (int g = 0; g < G; g++) {
+        float *sc = score + (size_t)g * npos;
+        const float *qg = q + (size_t)g * hd;
+        float mx = -INFINITY;
+        if (f16) {
+            for (int t = 0; t < npos; t++) sc[t] = dot_f16(qg, (const uint16_t *)k + t * stride, hd) * scale;
+        } else {
+            for (int t = 0; t < npos; t++) sc[t] = dot_f32(qg, (const float *)k + t * stride, hd) * scale;
+        }
+        for (int t = 0; t < npos; t++) mx = sc[t] > mx ? sc[t] : mx;
+        float inv = 1.0f / exp_sum(sc, npos, mx);
+        for (int t = 0; t < npos; t++) sc[t] *= inv;
+        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
+    }
+    for (int t = 0; t < npos; t++)
+        for (int g = 0; g < G; g++) {
+            if (f16)
+                axpy_f16(out + (size_t)g * hd, score[(size_t)g * npos + t], (const uint16_t *)v + t * stride, hd);
+            else
+                axpy_f32(out + (size_t)g * hd, score[(size_t)g * npos + t], (const float *)v + t * stride, hd);
+        }
+}
+
+static const cpu_kern kern = {
+    .name = "avx2",
+    .mm_f32 = mm_f32,
+    .mm_f16 = mm_f16,
+    .mm_bf16 = mm_bf16,
+    .mm_q8_0 = mm_q8_0,
+    .mm_q4_0 = mm_q4_0,
+    .mm_q4_k = mm_q4_k,
+    .quant_act = quant_act,
+    .attn = attn,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .exp_sum = exp_sum,
+    .swiglu = swiglu,
+    .sumsq = sumsq,
+    .scale_mul = scale_mul,
+    .add = add,
+    .to_f16 = to_f16,
+};
+
+const cpu_kern *cpu_kern_avx2(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return &kern;
+    return NULL;
+}
+
+#else
+const cpu_kern *cpu_kern_avx2(void) { return NULL; }
+#endif

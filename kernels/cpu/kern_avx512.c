@@ -1,0 +1,721 @@
+/* kern_avx512.c - AVX-512 kernels (F, BW, VL, DQ, VNNI; F16C and FMA for the
+ * float paths). Built for every x86-64 target through function attributes
+ * and used only when the CPU reports the features at run time. */
+#include "cpu_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ILPD_NO_SIMD)
+#include <immintrin.h>
+#include <stdlib.h>
+#include <math.h>
+#include <string.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2,bmi2")))
+#define AI inline __attribute__((always_inline))
+
+/* ---- float weights: register tiles of RT rows x TT tokens ---- */
+
+enum { W_F32, W_F16, W_BF16 };
+
+static AI T512 __m512 loadw(int wt, const uint8_t *p, int k) {
+    if (wt == W_F32) return _mm512_loadu_ps((const float *)p + k);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + k));
+    if (wt == W_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static AI T512 __m512 loadw_mask(int wt, const uint8_t *p, int k, __mmask16 m) {
+    if (wt == W_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + k);
+    if (wt == W_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static AI T512 void ftile(int wt, int RT, int TT, const uint8_t *w, size_t rb, const float *x, int ldx, int cols,
+                          float *out, int ldo) {
+    __m512 acc[4][4];
+    for (int i = 0; i < RT; i++)
+        for (int j = 0; j < TT; j++) acc[i][j] = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= cols; k += 16) {
+        __m512 wv[4];
+        for (int i = 0; i < RT; i++) wv[i] = loadw(wt, w + (size_t)i * rb, k);
+        for (int j = 0; j < TT; j++) {
+            __m512 xv = _mm512_loadu_ps(x + (size_t)j * ldx + k);
+            for (int i = 0; i < RT; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    if (k < cols) {
+        __mmask16 m = (__mmask16)((1u << (cols - k)) - 1);
+        __m512 wv[4];
+        for (int i = 0; i < RT; i++) wv[i] = loadw_mask(wt, w + (size_t)i * rb, k, m);
+        for (int j = 0; j < TT; j++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * ldx + k);
+            for (int i = 0; i < RT; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < RT; i++)
+        for (int j = 0; j < TT; j++) out[(size_t)j * ldo + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+static AI T512 float row_dot(int wt, const uint8_t *w, const float *x, int cols) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + 64 <= cols; k += 64) {
+        a0 = _mm512_fmadd_ps(loadw(wt, w, k), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(loadw(wt, w, k + 16), _mm512_loadu_ps(x + k + 16), a1);
+        a2 = _mm512_fmadd_ps(loadw(wt, w, k + 32), _mm512_loadu_ps(x + k + 32), a2);
+        a3 = _mm512_fmadd_ps(loadw(wt, w, k + 48), _mm512_loadu_ps(x + k + 48), a3);
+    }
+    for (; k < cols; k += 16) {
+        __mmask16 m = (__mmask16)(cols - k >= 16 ? 0xFFFF : (1u << (cols - k)) - 1);
+        a0 = _mm512_fmadd_ps(loadw_mask(wt, w, k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/* Prefill (n >= 4): the K dimension in blocks of KB. A panel of RG rows x
+ * KB, converted to float once, stays in L1 while every tile of PT tokens
+ * runs over it (4 rows at a time); the partial sums of each tile live in
+ * ACC between blocks. */
+#define KB 512 /* a panel of RG rows x KB floats: 16 KiB, in L1 */
+#define PT 4   /* tokens per register tile: 4 rows x 4 tokens = 16 accumulators */
+
+static AI T512 void ptile(int TT, const float *P, int kb, const float *x, int ldx, __m512 *acc, int first) {
+    __m512 a[4][PT];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < TT; j++) a[i][j] = first ? _mm512_setzero_ps() : acc[i * PT + j];
+    int k = 0;
+    for (; k + 16 <= kb; k += 16) {
+        __m512 wv[4];
+        for (int i = 0; i < 4; i++) wv[i] = _mm512_load_ps(P + i * KB + k);
+        for (int j = 0; j < TT; j++) {
+            __m512 xv = _mm512_loadu_ps(x + (size_t)j * ldx + k);
+            for (int i = 0; i < 4; i++) a[i][j] = _mm512_fmadd_ps(wv[i], xv, a[i][j]);
+        }
+    }
+    if (k < kb) {
+        __mmask16 m = (__mmask16)((1u << (kb - k)) - 1);
+        __m512 wv[4];
+        for (int i = 0; i < 4; i++) wv[i] = _mm512_load_ps(P + i * KB + k); /* zero padded */
+        for (int j = 0; j < TT; j++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * ldx + k);
+            for (int i = 0; i < 4; i++) a[i][j] = _mm512_fmadd_ps(wv[i], xv, a[i][j]);
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < TT; j++) acc[i * PT + j] = a[i][j];
+}
+
+#define RG 8 /* rows whose panels share each tile of tokens */
+
+#define SG 64 /* rows whose partial sums stay in ACC while a block of K of every token sits in L2 */
+
+/* Rows [0, rows4) in super-groups of SG: for each block of K, every panel of
+ * the super-group runs over every tile of tokens, so the activation block
+ * (n x KB floats) is read from L2 rather than L3 once per panel. */
+static AI T512 void mm_float_panel(int wt, const uint8_t *w, size_t rb, int rows4, const float *x, int ldx, int n,
+                                   int cols, float *out, int ldo, __m512 *accb) {
+    float P[RG * KB] __attribute__((aligned(64)));
+    const size_t esz = wt == W_F32 ? 4 : 2;
+    int ntile = (n + PT - 1) / PT;
+    for (int s0 = 0; s0 < rows4; s0 += SG) {
+        int ns = rows4 - s0 < SG ? rows4 - s0 : SG;
+        for (int k0 = 0; k0 < cols; k0 += KB) {
+            int kb = cols - k0 < KB ? cols - k0 : KB;
+            for (int r0 = s0; r0 < s0 + ns; r0 += RG) {
+                int nr = s0 + ns - r0 < RG ? s0 + ns - r0 : RG;
+                for (int i = 0; i < nr; i++)
+                    for (int k = 0; k < kb; k += 16) {
+                        __mmask16 m = (__mmask16)(kb - k >= 16 ? 0xFFFF : (1u << (kb - k)) - 1);
+                        _mm512_store_ps(P + i * KB + k, loadw_mask(wt, w + (size_t)(r0 + i) * rb, k0 + k, m));
+                    }
+                { /* the weights of the next panel come from memory while this one computes */
+                    int last = r0 + RG >= s0 + ns;
+                    int nr0 = last ? (k0 + KB < cols ? s0 : s0 + SG) : r0 + RG, nk0 = last && k0 + KB < cols ? k0 + KB : k0;
+                    if (last && k0 + KB >= cols) nk0 = 0;
+                    int nrr = rows4 - nr0 < RG ? rows4 - nr0 : RG, nkb = cols - nk0 < KB ? cols - nk0 : KB;
+                    for (int i = 0; i < nrr; i++)
+                        for (size_t l = 0; l < (size_t)nkb * esz; l += 64)
+                            _mm_prefetch((const char *)(w + (size_t)(nr0 + i) * rb + (size_t)nk0 * esz + l), _MM_HINT_T1);
+                }
+                for (int tile = 0; tile < ntile; tile++) {
+                    int t = tile * PT, tt = n - t < PT ? n - t : PT;
+                    const float *xt = x + (size_t)t * ldx + k0;
+                    for (int i = 0; i < nr; i += 4) {
+                        __m512 *acc = accb + ((size_t)((r0 - s0 + i) / 4) * ntile + tile) * 4 * PT;
+                        switch (tt) {
+                        case 4: ptile(4, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
+                        case 3: ptile(3, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
+                        case 2: ptile(2, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
+                        default: ptile(1, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
+                        }
+                    }
+                }
+            }
+        }
+        for (int i = 0; i < ns; i += 4)
+            for (int t = 0; t < n; t++)
+                for (int ii = 0; ii < 4; ii++)
+                    out[(size_t)t * ldo + s0 + i + ii] =
+                        _mm512_reduce_add_ps(accb[((size_t)(i / 4) * ntile + t / PT) * 4 * PT + ii * PT + t % PT]);
+    }
+}
+
+/* Rows in tiles of 4 (then 1), tokens in tiles of 4 (then what is left). */
+static AI T512 void mm_float(int wt, const void *wv, size_t rb, int rows, const float *x, int ldx, int n, int cols,
+                             float *out, int ldo) {
+    const uint8_t *w = wv;
+    int r = 0;
+    if (n >= 4 && rows >= 4) {
+        size_t need = (size_t)(SG / 4) * ((n + PT - 1) / PT) * 4 * PT; /* 256 KiB for 64 tokens */
+        __m512 *accb = aligned_alloc(64, need * sizeof(__m512));
+        if (accb) {
+            r = rows / 4 * 4;
+            mm_float_panel(wt, w, rb, r, x, ldx, n, cols, out, ldo, accb);
+            free(accb);
+        }
+    }
+    if (n == 1) { /* decode: one row at a time, one sequential memory stream, 4 chains */
+        for (; r < rows; r++) out[r] = row_dot(wt, w + (size_t)r * rb, x, cols);
+        return;
+    }
+    for (; r + 4 <= rows; r += 4) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        int t = 0;
+        for (; t + 4 <= n; t += 4) ftile(wt, 4, 4, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+        switch (n - t) {
+        case 3: ftile(wt, 4, 3, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo); break;
+        case 2: ftile(wt, 4, 2, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo); break;
+        case 1: ftile(wt, 4, 1, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo); break;
+        default: break;
+        }
+    }
+    for (; r < rows; r++) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        int t = 0;
+        for (; t + 4 <= n; t += 4) ftile(wt, 1, 4, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+        for (; t < n; t++) ftile(wt, 1, 1, wr, rb, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+    }
+}
+
+static T512 void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
+                        int ldo) {
+    mm_float(W_F32, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+static T512 void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
+                        int ldo) {
+    mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+static T512 void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
+                         int ldo) {
+    mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+
+/* ---- quantized weights, repacked in groups of 16 rows ---- */
+
+static AI int32_t ld32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Q4_0 (Q4=1) or Q8_0 (Q4=0): 16 rows x TT tokens starting at token T0. */
+static AI T512 void q32_tile(int Q4, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb;
+    const size_t bb = Q4 ? 16 * 18 : 16 * 34;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int8_t *aq[8];
+    const float *ad[8];
+    const int32_t *am[8];
+    __m512 accf[8];
+    for (int j = 0; j < TT; j++) {
+        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
+        ad[j] = a->d + (size_t)(t0 + j) * nb;
+        am[j] = (Q4 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
+        accf[j] = _mm512_setzero_ps();
+    }
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *o = g + (size_t)b * bb;
+        /* with few tokens the dot products of a block form one long dependency
+         * chain: split it in two (SPLIT) so that vpdpbusd latency hides */
+        const int SPLIT = TT <= 2;
+        __m512i acc[8], acc2[8];
+        for (int j = 0; j < TT; j++) {
+            acc[j] = _mm512_set1_epi32(am[j][b]);
+            if (SPLIT) acc2[j] = _mm512_setzero_si512();
+        }
+        if (Q4) {
+            for (int k = 0; k < 4; k++) {
+                __m512i L = _mm512_loadu_si512((const void *)(o + 32 + 64 * k));
+                __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                for (int j = 0; j < TT; j++) {
+                    acc[j] = _mm512_dpbusd_epi32(acc[j], lo, _mm512_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)));
+                    if (SPLIT)
+                        acc2[j] = _mm512_dpbusd_epi32(acc2[j], hi, _mm512_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k)));
+                    else
+                        acc[j] = _mm512_dpbusd_epi32(acc[j], hi, _mm512_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k)));
+                }
+            }
+        } else {
+            for (int k = 0; k < 8; k++) {
+                __m512i L = _mm512_loadu_si512((const void *)(o + 32 + 64 * k));
+                for (int j = 0; j < TT; j++) {
+                    if (SPLIT && (k & 1))
+                        acc2[j] = _mm512_dpbusd_epi32(acc2[j], L, _mm512_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)));
+                    else
+                        acc[j] = _mm512_dpbusd_epi32(acc[j], L, _mm512_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)));
+                }
+            }
+        }
+        if (SPLIT)
+            for (int j = 0; j < TT; j++) acc[j] = _mm512_add_epi32(acc[j], acc2[j]);
+        __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+        for (int j = 0; j < TT; j++)
+            accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_mul_ps(ws, _mm512_set1_ps(ad[j][b])), accf[j]);
+    }
+    for (int j = 0; j < TT; j++) _mm512_storeu_ps(out + (size_t)(t0 + j) * ldo, accf[j]);
+}
+
+static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, nsb = nb / 8;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi32(3), m15 = _mm512_set1_epi32(15);
+    const int8_t *aq[4];
+    const float *ad[4], *ads[4];
+    __m512 accf[4];
+    for (int j = 0; j < TT; j++) {
+        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
+        ad[j] = a->d + (size_t)(t0 + j) * nb;
+        ads[j] = a->ds + (size_t)(t0 + j) * nb;
+        accf[j] = _mm512_setzero_ps();
+    }
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *o = g + (size_t)sb * 16 * 144;
+        __m512 accsc[4], accm[4];
+        for (int j = 0; j < TT; j++) accsc[j] = accm[j] = _mm512_setzero_ps();
+        for (int c = 0; c < 4; c++) {
+            __m512i accA[4], accB[4];
+            for (int j = 0; j < TT; j++) accA[j] = accB[j] = _mm512_setzero_si512();
+            const uint8_t *q = o + 256 + (size_t)c * 8 * 64;
+            for (int k = 0; k < 8; k++) {
+                __m512i L = _mm512_loadu_si512((const void *)(q + 64 * k));
+                __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                for (int j = 0; j < TT; j++) {
+                    const int8_t *ab = aq[j] + 256 * sb + 64 * c + 4 * k;
+                    accA[j] = _mm512_dpbusd_epi32(accA[j], lo, _mm512_set1_epi32(ld32(ab)));
+                    accB[j] = _mm512_dpbusd_epi32(accB[j], hi, _mm512_set1_epi32(ld32(ab + 32)));
+                }
+            }
+            __m512i hi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 192 + 16 * c)));
+            for (int h = 0; h < 2; h++) {
+                int jj = 2 * c + h;
+                __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 64 + 16 * jj)));
+                __m512i hs = _mm512_srli_epi32(hi, 4 * h);
+                __m512i sc = _mm512_or_si512(_mm512_and_si512(lo, m15), _mm512_slli_epi32(_mm512_and_si512(hs, m3), 4));
+                __m512i mn = _mm512_or_si512(_mm512_srli_epi32(lo, 4),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hs, 2), m3), 4));
+                __m512 scf = _mm512_cvtepi32_ps(sc), mf = _mm512_cvtepi32_ps(mn);
+                for (int j = 0; j < TT; j++) {
+                    __m512i ai = h ? accB[j] : accA[j];
+                    accsc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai), _mm512_mul_ps(scf, _mm512_set1_ps(ad[j][8 * sb + jj])),
+                                               accsc[j]);
+                    accm[j] = _mm512_fmadd_ps(mf, _mm512_set1_ps(ads[j][8 * sb + jj]), accm[j]);
+                }
+            }
+        }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+        __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)));
+        for (int j = 0; j < TT; j++) {
+            accf[j] = _mm512_fmadd_ps(d, accsc[j], accf[j]);
+            accf[j] = _mm512_fnmadd_ps(dm, accm[j], accf[j]);
+        }
+    }
+    for (int j = 0; j < TT; j++) _mm512_storeu_ps(out + (size_t)(t0 + j) * ldo, accf[j]);
+}
+
+#define RP_DRIVER(NAME, TILE_CALL, TMAX)                                                                  \
+    static T512 void NAME(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) { \
+        for (int g = 0; g < ng; g++) {                                                                    \
+            const uint8_t *gp = w + (size_t)g * gbytes;                                                   \
+            float *og = out + (size_t)g * RP_ROWS;                                                        \
+            int t = 0;                                                                                    \
+            for (; t + TMAX <= n; t += TMAX) TILE_CALL(TMAX);                                             \
+            switch (n - t) {                                                                              \
+            case 7: TILE_CALL(7); break;                                                                  \
+            case 6: TILE_CALL(6); break;                                                                  \
+            case 5: TILE_CALL(5); break;                                                                  \
+            case 4: TILE_CALL(4); break;                                                                  \
+            case 3: TILE_CALL(3); break;                                                                  \
+            case 2: TILE_CALL(2); break;                                                                  \
+            case 1: TILE_CALL(1); break;                                                                  \
+            default: break;                                                                               \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+
+#define Q40_CALL(T) if ((T) <= 8) q32_tile(1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q80_CALL(T) if ((T) <= 8) q32_tile(0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q4K_CALL(T) if ((T) <= 4) q4k_tile((T) > 4 ? 4 : (T), gp, a, t, og, ldo)
+RP_DRIVER(mm_q4_0, Q40_CALL, 8)
+RP_DRIVER(mm_q8_0, Q80_CALL, 8)
+RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
+
+/* Q6_K rows in the file layout: per super-block the 6-bit values are
+ * rebuilt in order, 64 at a time (low nibbles from ql, 2 high bits from
+ * qh), then dotted with the activation by vpdpbusd; the sub-block scales
+ * (one per 16 values) apply per dword lane in integers, the weight and
+ * activation scales in float. Up to 32 tokens per pass over a row. */
+static T512 void mm_q6_k(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
+    const int nsb = a->cols / 256;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3), c32 = _mm512_set1_epi8(32);
+    const __mmask64 upper = 0xFFFFFFFF00000000ull;
+    __m512i sidx[4], aidx[4];
+    for (int c = 0; c < 4; c++) {
+        int si[16], ai[16];
+        for (int k = 0; k < 16; k++) {
+            si[k] = 4 * c + k / 4;
+            ai[k] = 2 * c + k / 8;
+        }
+        sidx[c] = _mm512_loadu_si512((const void *)si);
+        aidx[c] = _mm512_loadu_si512((const void *)ai);
+    }
+    for (int t0 = 0; t0 < n; t0 += 32) {
+        int nt = n - t0 < 32 ? n - t0 : 32;
+        for (int r = 0; r < rows; r++) {
+            __m512 acc[32];
+            for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *blk = w + (size_t)r * rb + (size_t)sb * 210;
+                uint16_t dh;
+                memcpy(&dh, blk + 208, 2);
+                __m512 d = _mm512_set1_ps(cpu_f16_to_f32(dh));
+                __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
+                __m512i q[4];
+                for (int h = 0; h < 2; h++) {
+                    __m512i L = _mm512_loadu_si512((const void *)(blk + 64 * h));
+                    __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+                    __m512i HA = _mm512_mask_blend_epi8(upper, H, _mm512_srli_epi16(H, 2));
+                    __m512i HB = _mm512_mask_blend_epi8(upper, _mm512_srli_epi16(H, 4), _mm512_srli_epi16(H, 6));
+                    q[2 * h] = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_slli_epi16(_mm512_and_si512(HA, m3), 4));
+                    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                                                   _mm512_slli_epi16(_mm512_and_si512(HB, m3), 4));
+                }
+                __m512i scl[4];
+                for (int c = 0; c < 4; c++) scl[c] = _mm512_permutexvar_epi32(sidx[c], scv);
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *aq = a->qs + (size_t)(t0 + t) * a->cols + 256 * sb;
+                    __m512 adv = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_loadu_ps(a->d + (size_t)(t0 + t) * a->nb + 8 * sb)), d);
+                    for (int c = 0; c < 4; c++) {
+                        __m512i av = _mm512_loadu_si512((const void *)(aq + 64 * c));
+                        __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], av),
+                                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c32, av));
+                        __m512 f = _mm512_cvtepi32_ps(_mm512_mullo_epi32(dot, scl[c]));
+                        acc[t] = _mm512_fmadd_ps(f, _mm512_permutexvar_ps(aidx[c], adv), acc[t]);
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) out[(size_t)(t0 + t) * ldo + r] = _mm512_reduce_add_ps(acc[t]);
+        }
+    }
+}
+
+/* ---- activation quantization ---- */
+
+static T512 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int b = 0; b < cols / CPU_QK; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + CPU_QK * b), x1 = _mm512_loadu_ps(x + CPU_QK * b + 16);
+        __m512 mx = _mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1));
+        float amax = _mm512_reduce_max_ps(mx);
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        __m512 vid = _mm512_set1_ps(id);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
+        _mm_storeu_si128((__m128i *)(qs + CPU_QK * b), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(qs + CPU_QK * b + 16), _mm512_cvtsepi32_epi8(q1));
+        int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        d[b] = db;
+        m8[b] = -8 * sum;
+        m128[b] = -128 * sum;
+        ds[b] = db * (float)sum;
+    }
+}
+
+/* ---- vector helpers ---- */
+
+static AI __mmask16 tail_mask(int left) { return (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1); }
+
+static T512 float dot_f32(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+static T512 float dot_f16(const float *a, const uint16_t *b, int n) {
+    __m512 s0 = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 bv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, b + i));
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), bv, s0);
+    }
+    return _mm512_reduce_add_ps(s0);
+}
+
+static T512 void axpy_f32(float *y, float a, const float *x, int n) {
+    __m512 va = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static T512 void axpy_f16(float *y, float a, const uint16_t *x, int n) {
+    __m512 va = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, xv, _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+/* exp(x), Cephes-style: 2^n * p(r), r = x - n ln2; about 1 ulp. */
+static AI T512 __m512 exp512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.3762626647949f));
+    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, fx);
+}
+
+static T512 float exp_sum(float *x, int n, float mx) {
+    __m512 vm = _mm512_set1_ps(mx), s = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vm));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        s = _mm512_add_ps(s, _mm512_maskz_mov_ps(m, e));
+    }
+    return _mm512_reduce_add_ps(s);
+}
+
+static T512 void swiglu(float *g, const float *u, size_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask((int)(n - i < 16 ? n - i : 16));
+        __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+        __m512 e = exp512(_mm512_xor_ps(gv, sign));
+        __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
+static T512 float sumsq(const float *x, int n) {
+    __m512 s = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+        s = _mm512_fmadd_ps(v, v, s);
+    }
+    return _mm512_reduce_add_ps(s);
+}
+
+static T512 void scale_mul(float *out, const float *x, float sc, const float *w, int n) {
+    __m512 vs = _mm512_set1_ps(sc);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs), _mm512_maskz_loadu_ps(m, w + i));
+        _mm512_mask_storeu_ps(out + i, m, v);
+    }
+}
+
+static T512 void add(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask((int)(n - i < 16 ? n - i : 16));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static T512 void to_f16(uint16_t *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail_mask((int)(n - i < 16 ? n - i : 16));
+        __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(out + i, m, h);
+    }
+}
+
+/* G query heads sharing one KV head (see cpu_internal.h). */
+static T512 void attn_generic(const float *q, int G, const void *k, const void *v, int f16, size_t stride, int npos, int hd,
+                      float scale, float *score, float *out) {
+    for (int g = 0; g < G; g++) {
+        float *sc = score + (size_t)g * npos;
+        const float *qg = q + (size_t)g * hd;
+        float mx = -INFINITY;
+        if (f16) {
+            for (int t = 0; t < npos; t++) sc[t] = dot_f16(qg, (const uint16_t *)k + t * stride, hd) * scale;
+        } else {
+            for (int t = 0; t < npos; t++) sc[t] = dot_f32(qg, (const float *)k + t * stride, hd) * scale;
+        }
+        for (int t = 0; t < npos; t++) mx = sc[t] > mx ? sc[t] : mx;
+        float inv = 1.0f / exp_sum(sc, npos, mx);
+        for (int t = 0; t < npos; t++) sc[t] *= inv;
+        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
+    }
+    for (int t = 0; t < npos; t++)
+        for (int g = 0; g < G; g++) {
+            if (f16)
+                axpy_f16(out + (size_t)g * hd, score[(size_t)g * npos + t], (const uint16_t *)v + t * stride, hd);
+            else
+                axpy_f32(out + (size_t)g * hd, score[(size_t)g * npos + t], (const float *)v + t * stride, hd);
+        }
+}
+
+
+static AI T512 __m512 load_kv(int f16, const void *base, size_t idx) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + idx)));
+    return _mm512_loadu_ps((const float *)base + idx);
+}
+
+/* [sum(a0), sum(a1), sum(a2), sum(a3)] */
+static AI T512 __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    __m512 t2 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xEE));
+    __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t2), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
+}
+
+/* scores of one head: sc[t] = scale * q . k_t, hd = 16 * NC */
+static AI T512 void attn_scores(int NC, const float *q, const void *k, int f16, size_t stride, int npos, float scale,
+                                float *sc) {
+    __m512 qv[8];
+    for (int c = 0; c < NC; c++) qv[c] = _mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), _mm512_set1_ps(scale));
+    int t = 0;
+    for (; t + 4 <= npos; t += 4) {
+        __m512 a[4];
+        for (int i = 0; i < 4; i++) {
+            a[i] = _mm512_setzero_ps();
+            for (int c = 0; c < NC; c++) a[i] = _mm512_fmadd_ps(qv[c], load_kv(f16, k, (t + i) * stride + 16 * c), a[i]);
+        }
+        _mm_storeu_ps(sc + t, hsum4(a[0], a[1], a[2], a[3]));
+    }
+    for (; t < npos; t++) {
+        __m512 a = _mm512_setzero_ps();
+        for (int c = 0; c < NC; c++) a = _mm512_fmadd_ps(qv[c], load_kv(f16, k, t * stride + 16 * c), a);
+        sc[t] = _mm512_reduce_add_ps(a);
+    }
+}
+
+/* out[g][c0 .. c0+CW) += sum_t p[g][t] v_t, G heads */
+static AI T512 void attn_values(int GG, int CW, const float *score, int npos, const void *v, int f16, size_t stride,
+                                int c0, int hd, float *out) {
+    __m512 acc[8][4];
+    for (int g = 0; g < GG; g++)
+        for (int c = 0; c < CW; c++) acc[g][c] = _mm512_setzero_ps();
+    for (int t = 0; t < npos; t++) {
+        __m512 vv[4];
+        for (int c = 0; c < CW; c++) vv[c] = load_kv(f16, v, t * stride + 16 * (c0 + c));
+        for (int g = 0; g < GG; g++) {
+            __m512 p = _mm512_set1_ps(score[(size_t)g * npos + t]);
+            for (int c = 0; c < CW; c++) acc[g][c] = _mm512_fmadd_ps(p, vv[c], acc[g][c]);
+        }
+    }
+    for (int g = 0; g < GG; g++)
+        for (int c = 0; c < CW; c++) _mm512_storeu_ps(out + (size_t)g * hd + 16 * (c0 + c), acc[g][c]);
+}
+
+static AI T512 void attn_fast(int GG, const float *q, const void *k, const void *v, int f16, size_t stride, int npos,
+                              int hd, float scale, float *score, float *out) {
+    int nc = hd / 16;
+    for (int g = 0; g < GG; g++) {
+        float *sc = score + (size_t)g * npos;
+        switch (nc) {
+        case 1: attn_scores(1, q + (size_t)g * hd, k, f16, stride, npos, scale, sc); break;
+        case 2: attn_scores(2, q + (size_t)g * hd, k, f16, stride, npos, scale, sc); break;
+        case 4: attn_scores(4, q + (size_t)g * hd, k, f16, stride, npos, scale, sc); break;
+        case 6: attn_scores(6, q + (size_t)g * hd, k, f16, stride, npos, scale, sc); break;
+        default: attn_scores(8, q + (size_t)g * hd, k, f16, stride, npos, scale, sc); break;
+        }
+        float mx = -INFINITY;
+        for (int t = 0; t < npos; t++) mx = sc[t] > mx ? sc[t] : mx;
+        float inv = 1.0f / exp_sum(sc, npos, mx);
+        for (int t = 0; t < npos; t++) sc[t] *= inv;
+    }
+    if (GG <= 4) {
+        int c0 = 0;
+        for (; c0 + 4 <= nc; c0 += 4) attn_values(GG <= 4 ? GG : 4, 4, score, npos, v, f16, stride, c0, hd, out);
+        for (; c0 < nc; c0++) attn_values(GG <= 4 ? GG : 4, 1, score, npos, v, f16, stride, c0, hd, out);
+    } else {
+        int c0 = 0;
+        for (; c0 + 2 <= nc; c0 += 2) attn_values(GG, 2, score, npos, v, f16, stride, c0, hd, out);
+        for (; c0 < nc; c0++) attn_values(GG, 1, score, npos, v, f16, stride, c0, hd, out);
+    }
+}
+
+/* G query heads sharing one KV head (see cpu_internal.h). */
+static T512 void attn(const float *q, int G, const void *k, const void *v, int f16, size_t stride, int npos, int hd,
+                      float scale, float *score, float *out) {
+    int nc = hd / 16;
+    if (hd % 16 || !(nc == 1 || nc == 2 || nc == 4 || nc == 6 || nc == 8) || G < 1 || G > 8) {
+        attn_generic(q, G, k, v, f16, stride, npos, hd, scale, score, out);
+        return;
+    }
+    switch (G) {
+    case 1: attn_fast(1, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    case 2: attn_fast(2, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    case 3: attn_fast(3, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    case 4: attn_fast(4, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    case 5: attn_fast(5, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    case 6: attn_fast(6, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    case 7: attn_fast(7, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    default: attn_fast(8, q, k, v, f16, stride, npos, hd, scale, score, out); break;
+    }
+}
+
+static const cpu_kern kern = {
+    .name = "avx512",
+    .mm_f32 = mm_f32,
+    .mm_f16 = mm_f16,
+    .mm_bf16 = mm_bf16,
+    .mm_q8_0 = mm_q8_0,
+    .mm_q4_0 = mm_q4_0,
+    .mm_q4_k = mm_q4_k,
+    .mm_q6_k = mm_q6_k,
+    .quant_act = quant_act,
+    .attn = attn,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .exp_sum = exp_sum,
+    .swiglu = swiglu,
+    .sumsq = sumsq,
+    .scale_mul = scale_mul,
+    .add = add,
+    .to_f16 = to_f16,
+};
+
+const cpu_kern *cpu_kern_avx512(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        return &kern;
+    return NULL;
+}
+
+#else
+const cpu_kern *cpu_kern_avx512(void) { return NULL; }
+#endif

@@ -1,0 +1,273 @@
+/* kern_scalar.c - portable C versions of every kernel: the fallback on CPUs
+ * without AVX2, and the reference the SIMD paths are tested against. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+#include "quant.h"
+
+static float w_at(const void *w, ggml_type t, int k) {
+    if (t == GGML_TYPE_F32) return ((const float *)w)[k];
+    if (t == GGML_TYPE_F16) return quant_f16_to_f32(((const uint16_t *)w)[k]);
+    return quant_bf16_to_f32(((const uint16_t *)w)[k]);
+}
+
+static void mm_float(ggml_type t, const void *w, size_t row_bytes, int rows, const float *x, int ldx, int n, int cols,
+                     float *out, int ldo) {
+    for (int r = 0; r < rows; r++) {
+        const void *wr = (const uint8_t *)w + (size_t)r * row_bytes;
+        for (int tk = 0; tk < n; tk++) {
+            const float *xt = x + (size_t)tk * ldx;
+            float s = 0;
+            for (int k = 0; k < cols; k++) s += w_at(wr, t, k) * xt[k];
+            out[(size_t)tk * ldo + r] = s;
+        }
+    }
+}
+
+static void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo) {
+    mm_float(GGML_TYPE_F32, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+static void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo) {
+    mm_float(GGML_TYPE_F16, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+static void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo) {
+    mm_float(GGML_TYPE_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
+}
+
+/* Q4_0 and Q8_0 share the structure: d[16] then nk chunks of 16 rows x 4 bytes. */
+static void mm_q_32(int q4, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    int nb = a->nb;
+    size_t bb = q4 ? 16 * 18 : 16 * 34;
+    for (int g = 0; g < ng; g++)
+        for (int t = 0; t < n; t++) {
+            const int8_t *aq = a->qs + (size_t)t * a->cols;
+            for (int r = 0; r < RP_ROWS; r++) {
+                float acc = 0;
+                for (int b = 0; b < nb; b++) {
+                    const uint8_t *o = w + (size_t)g * gbytes + (size_t)b * bb;
+                    const int8_t *ab = aq + 32 * b;
+                    int32_t isum;
+                    if (q4) {
+                        isum = a->m8[(size_t)t * nb + b];
+                        for (int k = 0; k < 4; k++)
+                            for (int i = 0; i < 4; i++) {
+                                uint8_t q = o[32 + k * 64 + r * 4 + i];
+                                isum += (q & 15) * ab[4 * k + i] + (q >> 4) * ab[16 + 4 * k + i];
+                            }
+                    } else {
+                        isum = a->m128[(size_t)t * nb + b];
+                        for (int k = 0; k < 8; k++)
+                            for (int i = 0; i < 4; i++) isum += o[32 + k * 64 + r * 4 + i] * ab[4 * k + i];
+                    }
+                    uint16_t dh;
+                    memcpy(&dh, o + 2 * r, 2);
+                    acc += (float)isum * (quant_f16_to_f32(dh) * a->d[(size_t)t * nb + b]);
+                }
+                out[(size_t)t * ldo + g * RP_ROWS + r] = acc;
+            }
+        }
+}
+
+static void mm_q4_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(1, w, gb, ng, a, n, out, ldo);
+}
+static void mm_q8_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(0, w, gb, ng, a, n, out, ldo);
+}
+
+static void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    int nb = a->nb, nsb = nb / 8;
+    for (int g = 0; g < ng; g++)
+        for (int t = 0; t < n; t++) {
+            const int8_t *aq = a->qs + (size_t)t * a->cols;
+            const float *ad = a->d + (size_t)t * nb, *ads = a->ds + (size_t)t * nb;
+            for (int r = 0; r < RP_ROWS; r++) {
+                float acc = 0;
+                for (int sb = 0; sb < nsb; sb++) {
+                    const uint8_t *o = w + (size_t)g * gbytes + (size_t)sb * 16 * 144;
+                    float accsc = 0, accm = 0;
+                    for (int j = 0; j < 8; j++) {
+                        uint8_t lo = o[64 + j * 16 + r], hi = (uint8_t)(o[192 + (j / 2) * 16 + r] >> (4 * (j & 1)));
+                        int sc = (lo & 15) | (hi & 3) << 4, m = (lo >> 4) | ((hi >> 2) & 3) << 4;
+                        int c = j / 2, sh = 4 * (j & 1);
+                        const int8_t *ab = aq + 256 * sb + 32 * j;
+                        int32_t isum = 0;
+                        for (int k = 0; k < 8; k++)
+                            for (int i = 0; i < 4; i++)
+                                isum += ((o[256 + (c * 8 + k) * 64 + r * 4 + i] >> sh) & 15) * ab[4 * k + i];
+                        accsc += (float)isum * ((float)sc * ad[8 * sb + j]);
+                        accm += (float)m * ads[8 * sb + j];
+                    }
+                    uint16_t dh, mh;
+                    memcpy(&dh, o + 2 * r, 2);
+                    memcpy(&mh, o + 32 + 2 * r, 2);
+                    acc += quant_f16_to_f32(dh) * accsc - quant_f16_to_f32(mh) * accm;
+                }
+                out[(size_t)t * ldo + g * RP_ROWS + r] = acc;
+            }
+        }
+}
+
+/* Q6_K super-block: ql[128], qh[64], scales[16] (int8, one per 16 values), d. */
+static void mm_q6_k(const uint8_t *w, size_t row_bytes, int rows, const act_q8 *a, int n, float *out, int ldo) {
+    int nsb = a->cols / 256;
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < n; t++) {
+            const int8_t *aq = a->qs + (size_t)t * a->cols;
+            const float *ad = a->d + (size_t)t * a->nb;
+            float acc = 0;
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)sb * 210;
+                const uint8_t *ql = blk, *qh = blk + 128;
+                const int8_t *sc = (const int8_t *)(blk + 192);
+                uint16_t dh;
+                memcpy(&dh, blk + 208, 2);
+                float d = quant_f16_to_f32(dh);
+                for (int j = 0; j < 16; j++) { /* values 16j .. 16j+15 */
+                    int32_t isum = 0;
+                    for (int e = 16 * j; e < 16 * j + 16; e++) {
+                        int h = e / 128, l = e % 32, i = (e % 128) / 32;
+                        int lo = (ql[64 * h + l + 32 * (i & 1)] >> (4 * (i >> 1))) & 15;
+                        int hi = (qh[32 * h + l] >> (2 * i)) & 3;
+                        isum += ((lo | hi << 4) - 32) * aq[256 * sb + e];
+                    }
+                    acc += (float)(isum * sc[j]) * (d * ad[8 * sb + j / 2]);
+                }
+            }
+            out[(size_t)t * ldo + r] = acc;
+        }
+}
+
+static void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
+    for (int b = 0; b < cols / CPU_QK; b++) {
+        const float *xb = x + CPU_QK * b;
+        float amax = 0;
+        for (int i = 0; i < CPU_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < CPU_QK; i++) {
+            int q = (int)nearbyintf(xb[i] * id);
+            qs[CPU_QK * b + i] = (int8_t)q;
+            sum += q;
+        }
+        d[b] = db;
+        m8[b] = -8 * sum;
+        m128[b] = -128 * sum;
+        ds[b] = db * (float)sum;
+    }
+}
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static float dot_f16(const float *a, const uint16_t *b, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * quant_f16_to_f32(b[i]);
+    return s;
+}
+
+static void axpy_f32(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void axpy_f16(float *y, float a, const uint16_t *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * quant_f16_to_f32(x[i]);
+}
+
+static float exp_sum(float *x, int n, float mx) {
+    float s = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        s += x[i];
+    }
+    return s;
+}
+
+static void swiglu(float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static float sumsq(const float *x, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+static void scale_mul(float *out, const float *x, float s, const float *w, int n) {
+    for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
+static void add(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void to_f16(uint16_t *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = quant_f32_to_f16(x[i]);
+}
+
+/* G query heads sharing one KV head (see cpu_internal.h). */
+static void attn(const float *q, int G, const void *k, const void *v, int f16, size_t stride, int npos, int hd,
+                      float scale, float *score, float *out) {
+    for (int g = 0; g < G; g++) {
+        float *sc = score + (size_t)g * npos;
+        const float *qg = q + (size_t)g * hd;
+        float mx = -INFINITY;
+        if (f16) {
+            for (int t = 0; t < npos; t++) sc[t] = dot_f16(qg, (const uint16_t *)k + t * stride, hd) * scale;
+        } else {
+            for (int t = 0; t < npos; t++) sc[t] = dot_f32(qg, (const float *)k + t * stride, hd) * scale;
+        }
+        for (int t = 0; t < npos; t++) mx = sc[t] > mx ? sc[t] : mx;
+        float inv = 1.0f / exp_sum(sc, npos, mx);
+        for (int t = 0; t < npos; t++) sc[t] *= inv;
+        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
+    }
+    for (int t = 0; t < npos; t++)
+        for (int g = 0; g < G; g++) {
+            if (f16)
+                axpy_f16(out + (size_t)g * hd, score[(size_t)g * npos + t], (const uint16_t *)v + t * stride, hd);
+            else
+                axpy_f32(out + (size_t)g * hd, score[(size_t)g * npos + t], (const float *)v + t * stride, hd);
+        }
+}
+
+const cpu_kern cpu_kern_scalar = {
+    .name = "scalar",
+    .mm_f32 = mm_f32,
+    .mm_f16 = mm_f16,
+    .mm_bf16 = mm_bf16,
+    .mm_q8_0 = mm_q8_0,
+    .mm_q4_0 = mm_q4_0,
+    .mm_q4_k = mm_q4_k,
+    .mm_q6_k = mm_q6_k,
+    .quant_act = quant_act,
+    .attn = attn,
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .exp_sum = exp_sum,
+    .swiglu = swiglu,
+    .sumsq = sumsq,
+    .scale_mul = scale_mul,
+    .add = add,
+    .to_f16 = to_f16,
+};
+
+const cpu_kern *cpu_kern_best(void) {
+    static const cpu_kern *best;
+    if (best) return best;
+    const char *cap = getenv("ILPD_CPU_ISA");
+    const cpu_kern *k = NULL;
+    if (!cap || strcmp(cap, "scalar")) {
+        if (!cap || strcmp(cap, "avx2")) k = cpu_kern_avx512();
+        if (!k) k = cpu_kern_avx2();
+    }
+    best = k ? k : &cpu_kern_scalar;
+    return best;
+}

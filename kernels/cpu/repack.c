@@ -1,0 +1,105 @@
+/* repack.c - the in-place x16 layouts of Q8_0, Q4_0 and Q4_K weights (see
+ * cpu_internal.h), and reading one row back out of them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+#include "quant.h"
+
+int repack_supported(ggml_type t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K; }
+
+size_t repack_group_bytes(ggml_type t, int cols) { return RP_ROWS * ggml_row_bytes(t, (uint64_t)cols); }
+
+/* Packs the 16 file-layout rows SRC (row_bytes apart) into DST. */
+static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb, uint8_t *dst) {
+    size_t bb = ggml_type_block_bytes(t);
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * RP_ROWS * bb;
+        for (int r = 0; r < RP_ROWS; r++) {
+            const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
+            if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q8_0) {
+                memcpy(o + 2 * r, blk, 2);
+                const uint8_t *qs = blk + 2;
+                int nk = t == GGML_TYPE_Q4_0 ? 4 : 8;
+                for (int k = 0; k < nk; k++)
+                    for (int i = 0; i < 4; i++)
+                        o[32 + k * 64 + r * 4 + i] = t == GGML_TYPE_Q8_0 ? (uint8_t)(qs[4 * k + i] ^ 0x80) : qs[4 * k + i];
+            } else { /* Q4_K: d, dmin, scales[12], qs[128] */
+                memcpy(o + 2 * r, blk, 2);
+                memcpy(o + 32 + 2 * r, blk + 2, 2);
+                uint8_t sc[8], m[8];
+                for (int j = 0; j < 8; j++) q4k_scale_min(blk + 4, j, &sc[j], &m[j]);
+                for (int j = 0; j < 8; j++) o[64 + j * 16 + r] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
+                for (int p = 0; p < 4; p++)
+                    o[192 + p * 16 + r] = (uint8_t)((sc[2 * p] >> 4) | (m[2 * p] >> 4) << 2 | (sc[2 * p + 1] >> 4) << 4 |
+                                                    (m[2 * p + 1] >> 4) << 6);
+                const uint8_t *qs = blk + 16;
+                for (int c = 0; c < 4; c++)
+                    for (int k = 0; k < 8; k++)
+                        memcpy(o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
+            }
+        }
+    }
+}
+
+int repack_weight(ggml_type t, void *data, int rows, int cols) {
+    if (!repack_supported(t) || rows < RP_ROWS) return 0;
+    size_t row_bytes = ggml_row_bytes(t, (uint64_t)cols), gb = RP_ROWS * row_bytes;
+    int nb = cols / ggml_type_block_size(t);
+    uint8_t *tmp = malloc(gb);
+    if (!tmp) return -1;
+    for (int g = 0; g < rows / RP_ROWS; g++) {
+        uint8_t *p = (uint8_t *)data + (size_t)g * gb;
+        memcpy(tmp, p, gb);
+        pack_group(t, tmp, row_bytes, nb, p);
+    }
+    free(tmp);
+    return 0;
+}
+
+/* Rebuilds the file-layout block of row lane R of repacked block O. */
+static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
+    if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q8_0) {
+        memcpy(blk, o + 2 * r, 2);
+        int nk = t == GGML_TYPE_Q4_0 ? 4 : 8;
+        for (int k = 0; k < nk; k++)
+            for (int i = 0; i < 4; i++) {
+                uint8_t v = o[32 + k * 64 + r * 4 + i];
+                blk[2 + 4 * k + i] = t == GGML_TYPE_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
+            }
+        return;
+    }
+    memcpy(blk, o + 2 * r, 2);
+    memcpy(blk + 2, o + 32 + 2 * r, 2);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        uint8_t lo = o[64 + j * 16 + r], hi = (uint8_t)(o[192 + (j / 2) * 16 + r] >> (4 * (j & 1)));
+        sc[j] = (uint8_t)((lo & 15) | (hi & 3) << 4);
+        m[j] = (uint8_t)((lo >> 4) | ((hi >> 2) & 3) << 4);
+    }
+    uint8_t *s = blk + 4; /* the file's 12-byte packing */
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < 8; k++) memcpy(blk + 16 + 32 * c + 4 * k, o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, 4);
+}
+
+void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r, float *out) {
+    size_t row_bytes = ggml_row_bytes(t, (uint64_t)cols);
+    int g = r / RP_ROWS;
+    if (!repack_supported(t) || g >= rows / RP_ROWS) {
+        quant_dequantize_row(t, (const uint8_t *)data + (size_t)r * row_bytes, out, cols);
+        return;
+    }
+    int bs = ggml_type_block_size(t), nb = cols / bs;
+    size_t bb = ggml_type_block_bytes(t);
+    const uint8_t *base = (const uint8_t *)data + (size_t)g * RP_ROWS * row_bytes;
+    uint8_t blk[256];
+    for (int b = 0; b < nb; b++) {
+        unpack_block(t, base + (size_t)b * RP_ROWS * bb, r % RP_ROWS, blk);
+        quant_dequantize_row(t, blk, out + (size_t)b * bs, bs);
+    }
+}

@@ -1,0 +1,470 @@
+/* cli_bench.c - `ilpd bench`: prompt and generation speed of the engine on
+ * one model, against limits measured in the same process:
+ *
+ * - memory read bandwidth: N threads stream over a 1 GiB buffer (best of
+ *   several passes); generation reads every computed layer's weights and the
+ *   output head once per token, so bandwidth / those bytes is the
+ *   generation roofline (tok/s), and tg / roofline the ratio reached;
+ * - arithmetic peak: N threads run independent FMA chains (float) and
+ *   VNNI int8 dot products; 2 * parameters per token over that peak is the
+ *   prompt roofline (F32/F16/BF16 weights against the float peak, the
+ *   quantized types against the int8 peak, since their activations are
+ *   quantized to int8).
+ *
+ * The prompt is P random token ids (fixed seed), generation is greedy for
+ * exactly N tokens (end-of-generation tokens do not stop it). A warm-up
+ * request runs first. */
+#include "cli_bench.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "log.h"
+#include "mask.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BENCH_X86 1
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- machine limits ---- */
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+    uint64_t sum;
+    int kind; /* bandwidth: 0; FMA: 1; VNNI: 2 */
+    long iters;
+    double ops;
+    pthread_barrier_t *bar;
+} probe_arg;
+
+#ifdef BENCH_X86
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t o[4];
+    _mm256_storeu_si256((__m256i *)o, s);
+    return o[0] + o[1] + o[2] + o[3];
+}
+
+/* 12 independent chains (named, so that they stay in registers) hide the
+ * FMA latency on every current core: latency 4-5 x 2 per cycle. */
+#define CHAINS12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+#define KEEP12(c) \
+    __asm__ __volatile__("" : "+v"(c##0), "+v"(c##1), "+v"(c##2), "+v"(c##3), "+v"(c##4), "+v"(c##5), "+v"(c##6), \
+                         "+v"(c##7), "+v"(c##8), "+v"(c##9), "+v"(c##10), "+v"(c##11))
+
+__attribute__((target("avx512f"))) static double fma_avx512(long iters) {
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+#define DECL(i) __m512 a##i = _mm512_set1_ps((float)i);
+    CHAINS12(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) a##i = _mm512_fmadd_ps(a##i, m, c);
+        CHAINS12(STEP)
+#undef STEP
+        KEEP12(a);
+    }
+    __m512 s = _mm512_setzero_ps();
+#define SUM(i) s = _mm512_add_ps(s, a##i);
+    CHAINS12(SUM)
+#undef SUM
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static double fma_avx2(long iters) {
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+#define DECL(i) __m256 a##i = _mm256_set1_ps((float)i);
+    CHAINS12(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) a##i = _mm256_fmadd_ps(a##i, m, c);
+        CHAINS12(STEP)
+#undef STEP
+        KEEP12(a);
+    }
+    __m256 s = _mm256_setzero_ps();
+#define SUM(i) s = _mm256_add_ps(s, a##i);
+    CHAINS12(SUM)
+#undef SUM
+    float o[8];
+    _mm256_storeu_ps(o, s);
+    return o[0];
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static double vnni_avx512(long iters) {
+    const __m512i u = _mm512_set1_epi8(3), w = _mm512_set1_epi8(-2);
+#define DECL(i) __m512i a##i = _mm512_set1_epi32(i);
+    CHAINS12(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) a##i = _mm512_dpbusd_epi32(a##i, u, w);
+        CHAINS12(STEP)
+#undef STEP
+        KEEP12(a);
+    }
+    __m512i t = _mm512_setzero_si512();
+#define SUM(i) t = _mm512_add_epi32(t, a##i);
+    CHAINS12(SUM)
+#undef SUM
+    uint32_t o[16], sum = 0; /* unsigned: the chains wrap around */
+    _mm512_storeu_si512((void *)o, t);
+    for (int i = 0; i < 16; i++) sum += o[i];
+    return (double)sum;
+}
+
+__attribute__((target("avx2"))) static double maddubs_avx2(long iters) {
+    const __m256i u = _mm256_set1_epi8(3), w = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
+#define DECL(i) __m256i a##i = _mm256_set1_epi32(i);
+    CHAINS12(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) a##i = _mm256_add_epi32(a##i, _mm256_madd_epi16(_mm256_maddubs_epi16(u, w), one));
+        CHAINS12(STEP)
+#undef STEP
+        KEEP12(a);
+    }
+    __m256i t = _mm256_setzero_si256();
+#define SUM(i) t = _mm256_add_epi32(t, a##i);
+    CHAINS12(SUM)
+#undef SUM
+    int32_t o[8];
+    _mm256_storeu_si256((__m256i *)o, t);
+    return o[0];
+}
+#endif
+
+static uint64_t read_plain(const uint8_t *p, size_t n) {
+    const uint64_t *q = (const uint64_t *)p;
+    uint64_t s = 0;
+    for (size_t i = 0; i < n / 8; i++) s += q[i];
+    return s;
+}
+
+static int have_avx512(void) {
+#ifdef BENCH_X86
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+static int have_avx2(void) {
+#ifdef BENCH_X86
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+static void *probe_thread(void *v) {
+    probe_arg *a = v;
+    pthread_barrier_wait(a->bar);
+    switch (a->kind) {
+    case 0:
+#ifdef BENCH_X86
+        if (have_avx2()) {
+            a->sum = read_avx2(a->p, a->n);
+            break;
+        }
+#endif
+        a->sum = read_plain(a->p, a->n);
+        break;
+    case 1:
+#ifdef BENCH_X86
+        if (have_avx512()) {
+            a->sum = (uint64_t)fma_avx512(a->iters);
+            a->ops = (double)a->iters * 12 * 16 * 2;
+        } else if (have_avx2()) {
+            a->sum = (uint64_t)fma_avx2(a->iters);
+            a->ops = (double)a->iters * 12 * 8 * 2;
+        }
+#endif
+        break;
+    case 2:
+#ifdef BENCH_X86
+        if (have_avx512()) {
+            a->sum = (uint64_t)vnni_avx512(a->iters);
+            a->ops = (double)a->iters * 12 * 64 * 2;
+        } else if (have_avx2()) {
+            a->sum = (uint64_t)maddubs_avx2(a->iters);
+            a->ops = (double)a->iters * 12 * 32 * 2;
+        }
+#endif
+        break;
+    }
+    return NULL;
+}
+
+/* Runs KIND on N threads once; returns the seconds taken (or -1) and adds the ops done to *OPS. */
+static double probe_run(int kind, int n, const uint8_t *buf, size_t bytes, long iters, double *ops) {
+    pthread_t th[256];
+    probe_arg args[256];
+    pthread_barrier_t bar;
+    if (n > 256) n = 256;
+    pthread_barrier_init(&bar, NULL, (unsigned)n + 1);
+    size_t share = bytes / (size_t)n / 128 * 128;
+    for (int i = 0; i < n; i++) {
+        args[i] = (probe_arg){buf ? buf + (size_t)i * share : NULL, share, 0, kind, iters, 0, &bar};
+        if (pthread_create(&th[i], NULL, probe_thread, &args[i])) {
+            n = i; /* cannot happen in practice; the barrier would hang, so give up */
+            return -1;
+        }
+    }
+    pthread_barrier_wait(&bar);
+    double t0 = now_s();
+    uint64_t sink = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        sink += args[i].sum;
+        if (ops) *ops += args[i].ops;
+    }
+    double dt = now_s() - t0;
+    pthread_barrier_destroy(&bar);
+    __asm__ __volatile__("" ::"r"(sink));
+    return dt;
+}
+
+/* Read bandwidth in bytes/s (best of REPS passes over a 1 GiB buffer), or 0. */
+static double measure_bandwidth(int n, int reps) {
+    size_t bytes = (size_t)1 << 30;
+    uint8_t *buf = aligned_alloc(4096, bytes);
+    if (!buf) return 0;
+    memset(buf, 1, bytes);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double dt = probe_run(0, n, buf, bytes, 0, NULL);
+        size_t share = bytes / (size_t)n / 128 * 128;
+        if (dt > 0 && share * n / dt > best) best = (double)(share * n) / dt;
+    }
+    free(buf);
+    return best;
+}
+
+/* Peak ops/s of KIND (1: float FMA, 2: int8 dot) on n threads, best of 3. */
+static double measure_peak(int kind, int n) {
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        double ops = 0, dt = probe_run(kind, n, NULL, 0, 20000000, &ops);
+        if (dt > 0 && ops / dt > best) best = ops / dt;
+    }
+    return best;
+}
+
+static size_t current_rss(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0, rss = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%lu %lu", &pages, &rss) != 2) rss = 0;
+    fclose(f);
+    return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* ---- the command ---- */
+
+static int usage(void) {
+    fprintf(stderr, "usage: ilpd bench -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--layer-mask BASE64]\n"
+                    "                  [--kv-f16] [--reps R] [--json]\n");
+    return 2;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s ? s : "", &end, 10);
+    if (!s || errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "ilpd bench: %s expects an integer in [%d, %d]\n", opt, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int cli_bench(int argc, char **argv) {
+    const char *model = NULL, *mask_b64 = NULL;
+    int n_threads = 0, n_prompt = 128, n_gen = 128, json = 0, kv_f16 = 0, reps = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!v) return usage();
+            model = v;
+            i++;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (parse_int(a, v, 0, 1024, &n_threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "-p")) {
+            if (parse_int(a, v, 1, 1 << 20, &n_prompt)) return 2;
+            i++;
+        } else if (!strcmp(a, "-n")) {
+            if (parse_int(a, v, 1, 1 << 20, &n_gen)) return 2;
+            i++;
+        } else if (!strcmp(a, "--reps")) {
+            if (parse_int(a, v, 1, 100, &reps)) return 2;
+            i++;
+        } else if (!strcmp(a, "--layer-mask")) {
+            if (!v) return usage();
+            mask_b64 = v;
+            i++;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--kv-f16")) {
+            kv_f16 = 1;
+        } else {
+            fprintf(stderr, "ilpd bench: unknown argument '%s'\n", a);
+            return usage();
+        }
+    }
+    if (!model) return usage();
+    log_set_plain(1);
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    char err[512];
+    engine_params ep = {.model_path = model, .n_ctx = n_prompt + n_gen, .n_threads = n_threads,
+                        .device = ENGINE_DEVICE_CPU, .kv_f16 = kv_f16};
+    double t_load = now_s();
+    engine *e = engine_open(&ep, err, sizeof err);
+    if (!e) {
+        fprintf(stderr, "ilpd bench: %s\n", err);
+        return 1;
+    }
+    t_load = now_s() - t_load;
+    const engine_info *in = engine_get_info(e);
+    uint8_t mask[ENGINE_MAX_LAYERS];
+    memset(mask, 1, sizeof mask);
+    if (mask_b64) {
+        uint8_t wire[MASK_WIRE_BYTES];
+        if (mask_decode_b64_for(mask_b64, strlen(mask_b64), in->n_layers, wire)) {
+            fprintf(stderr, "ilpd bench: --layer-mask must be the base64 of %d bytes of 0/1\n", MASK_WIRE_BYTES);
+            engine_close(e);
+            return 2;
+        }
+        mask_from_wire(wire, in->n_layers, mask);
+    }
+    int computed = 0;
+    size_t wbytes = in->head_bytes, wbytes_full = in->head_bytes;
+    for (int l = 0; l < in->n_layers; l++) {
+        wbytes_full += in->layer_bytes[l];
+        if (mask[l]) {
+            computed++;
+            wbytes += in->layer_bytes[l];
+        }
+    }
+    /* parameters per token (multiply-adds) of the computed layers and the head */
+    double q_dim = (double)in->n_heads * in->head_dim, kv_dim = (double)in->n_kv_heads * in->head_dim;
+    double layer_params = in->dim * q_dim * 2 + in->dim * kv_dim * 2 + 3.0 * in->dim * in->ffn_dim;
+    double params = layer_params * computed + (double)in->n_vocab * in->dim;
+
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    if (!prompt) {
+        engine_close(e);
+        return 1;
+    }
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < n_prompt; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int lo = in->n_vocab > 16 ? 3 : 0;
+        prompt[i] = lo + (int32_t)((rng >> 33) % (uint64_t)(in->n_vocab - lo));
+    }
+    engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = mask, .ignore_eos = 1};
+    engine_callbacks cb = {0};
+    engine_result res;
+    /* warm-up: a short request */
+    engine_gen_params wp = gp;
+    wp.max_tokens = 2;
+    if (engine_generate(e, prompt, n_prompt < 16 ? n_prompt : 16, &wp, &cb, &res) || res.reason == ENGINE_STOP_ERROR) {
+        fprintf(stderr, "ilpd bench: %s\n", res.error);
+        free(prompt);
+        engine_close(e);
+        return 1;
+    }
+    double best_pp = 0, best_tg = 0, best_ttft = 1e30;
+    size_t kv_bytes = 0;
+    int n_generated = 0;
+    for (int r = 0; r < reps; r++) {
+        if (engine_generate(e, prompt, n_prompt, &gp, &cb, &res) || res.reason == ENGINE_STOP_ERROR) {
+            fprintf(stderr, "ilpd bench: %s\n", res.error);
+            free(prompt);
+            engine_close(e);
+            return 1;
+        }
+        double pp = n_prompt / (res.prefill_ms / 1e3);
+        double tg = res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0;
+        if (pp > best_pp) best_pp = pp;
+        if (tg > best_tg) best_tg = tg;
+        if (res.ttft_ms < best_ttft) best_ttft = res.ttft_ms;
+        kv_bytes = res.kv_bytes;
+        n_generated = res.n_generated;
+    }
+    free(prompt);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    size_t peak_rss = (size_t)ru.ru_maxrss * 1024, rss = current_rss();
+    /* what the report needs from the engine, kept past engine_close */
+    char name[256];
+    snprintf(name, sizeof name, "%s", in->name);
+    size_t head_bytes = in->head_bytes;
+    int n_layers = in->n_layers;
+    engine_close(e);
+    in = NULL;
+
+    /* machine limits, measured after the model is gone (and so out of the peak RSS) */
+    double bw = measure_bandwidth(n_threads, 5);
+    double flops = measure_peak(1, n_threads), iops = measure_peak(2, n_threads);
+    double roof_tg = bw > 0 ? bw / (double)wbytes : 0;
+    int quant = 0;
+    {
+        /* quantized when the layers hold fewer than 2 bytes per parameter */
+        double bpp = (double)(wbytes - head_bytes) / (layer_params * (computed ? computed : 1));
+        quant = bpp < 1.9;
+    }
+    double peak = quant ? iops : flops;
+    double roof_pp = peak > 0 ? peak / (2 * params) : 0;
+    if (json) {
+        printf("{\"model\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"n_generated\":%d,\"layers\":%d,"
+               "\"layers_computed\":%d,\"pp_tok_s\":%.3f,\"tg_tok_s\":%.3f,\"ttft_ms\":%.3f,\"peak_rss_bytes\":%zu,"
+               "\"rss_bytes\":%zu,\"kv_bytes\":%zu,\"weight_bytes_per_token\":%zu,\"weight_bytes_per_token_full\":%zu,"
+               "\"bandwidth_gbs\":%.3f,\"tg_roofline_tok_s\":%.3f,\"tg_roofline_ratio\":%.4f,\"peak_gflops\":%.1f,"
+               "\"peak_int8_gops\":%.1f,\"pp_roofline_tok_s\":%.3f,\"pp_roofline_ratio\":%.4f,\"load_s\":%.3f}\n",
+               name, n_threads, n_prompt, n_gen, n_generated, n_layers, computed, best_pp, best_tg, best_ttft,
+               peak_rss, rss, kv_bytes, wbytes, wbytes_full, bw / 1e9, roof_tg, roof_tg > 0 ? best_tg / roof_tg : 0,
+               flops / 1e9, iops / 1e9, roof_pp, roof_pp > 0 ? best_pp / roof_pp : 0, t_load);
+    } else {
+        printf("model            %s (%d layers, %d computed)\n", model, n_layers, computed);
+        printf("threads          %d\n", n_threads);
+        printf("prompt           %d tokens: %.2f tok/s (roofline %.1f tok/s at %.0f G%s/s: %.0f%%)\n", n_prompt,
+               best_pp, roof_pp, peak / 1e9, quant ? "op(int8)" : "flop", roof_pp > 0 ? 100 * best_pp / roof_pp : 0);
+        printf("generation       %d tokens: %.2f tok/s (roofline %.2f tok/s: %.0f%%)\n", n_generated, best_tg, roof_tg,
+               roof_tg > 0 ? 100 * best_tg / roof_tg : 0);
+        printf("time to first    %.1f ms\n", best_ttft);
+        printf("weights/token    %.1f MB (full depth %.1f MB)\n", wbytes / 1e6, wbytes_full / 1e6);
+        printf("read bandwidth   %.2f GB/s (%d threads)\n", bw / 1e9, n_threads);
+        printf("peak compute     %.1f GFLOP/s (FMA), %.1f GOP/s (int8)\n", flops / 1e9, iops / 1e9);
+        printf("peak RSS         %.1f MB (now %.1f MB)\n", peak_rss / 1e6, rss / 1e6);
+        printf("KV cache         %zu bytes\n", kv_bytes);
+        printf("load             %.2f s\n", t_load);
+    }
+    return 0;
+}

@@ -1,0 +1,455 @@
+/* test_kernels.c - every CPU kernel path (scalar, AVX2, AVX-512) against a
+ * double-precision reference on random data: odd row widths for the float
+ * types, every weight type, 1..9 tokens, the in-place repacking (rows not a
+ * multiple of 16 included), activation quantization (SIMD = scalar bit for
+ * bit), attention over F32 and F16 caches, the element-wise kernels, the
+ * balanced thread pool and the backend's matmul end to end. Paths the CPU
+ * lacks are skipped. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "cpu/cpu_internal.h"
+#include "cpu/quant.h"
+#include "cpu/threadpool.h"
+
+static uint64_t rng_state = 12345;
+static uint32_t rnd(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+static float frand(void) { return (float)rnd() / 2147483648.0f - 1.0f; } /* [-1, 1) */
+
+static uint16_t to_bf16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+}
+
+/* Random weight of ROWS x COLS in type T (valid blocks, scales ~ 1/64). */
+static uint8_t *make_weight(ggml_type t, int rows, int cols) {
+    size_t rb = ggml_row_bytes(t, (uint64_t)cols), n = rb * rows;
+    uint8_t *w = malloc(n + 64);
+    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)rnd();
+    size_t bb = ggml_type_block_bytes(t);
+    for (int r = 0; r < rows; r++) {
+        uint8_t *row = w + (size_t)r * rb;
+        if (t == GGML_TYPE_F32) {
+            for (int k = 0; k < cols; k++) ((float *)row)[k] = frand();
+        } else if (t == GGML_TYPE_F16) {
+            for (int k = 0; k < cols; k++) ((uint16_t *)row)[k] = quant_f32_to_f16(frand());
+        } else if (t == GGML_TYPE_BF16) {
+            for (int k = 0; k < cols; k++) ((uint16_t *)row)[k] = to_bf16(frand());
+        } else {
+            for (size_t o = 0; o < rb; o += bb) {
+                uint16_t d = quant_f32_to_f16(0.5f / 64 + (float)(rnd() % 100) / 6400);
+                memcpy(row + o, &d, 2);
+                if (t == GGML_TYPE_Q4_K) {
+                    uint16_t dm = quant_f32_to_f16((float)(rnd() % 100) / 6400);
+                    memcpy(row + o + 2, &dm, 2);
+                }
+                if (t == GGML_TYPE_Q6_K) memcpy(row + o + 208, &d, 2);
+            }
+        }
+    }
+    return w;
+}
+
+/* sum |w| |x| over a row: the scale of float rounding errors. */
+static double ref_dot(const float *w, const float *x, int n, double *mag) {
+    double s = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        s += (double)w[i] * x[i];
+        m += fabs((double)w[i] * x[i]);
+    }
+    *mag = m;
+    return s;
+}
+
+typedef struct {
+    const char *name;
+    const cpu_kern *k;
+} isa;
+
+static void test_float_mm(const isa *I) {
+    static const int widths[] = {1, 5, 16, 17, 33, 64, 172, 255, 1100}; /* 1100: several k-blocks and a tail */
+    static const int tokens[] = {1, 2, 3, 4, 5, 9};
+    ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
+    for (int ti = 0; ti < 3; ti++) {
+        ggml_type t = types[ti];
+        mm_float_fn fn = t == GGML_TYPE_F32 ? I->k->mm_f32 : t == GGML_TYPE_F16 ? I->k->mm_f16 : I->k->mm_bf16;
+        double worst = 0;
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
+            for (size_t ni = 0; ni < sizeof tokens / sizeof *tokens; ni++) {
+                int cols = widths[wi], n = tokens[ni], rows = cols == 1100 && n == 9 ? 150 : 7; /* 150: several row super-groups */
+                uint8_t *w = make_weight(t, rows, cols);
+                float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
+                float *row = malloc(sizeof(float) * cols);
+                for (int i = 0; i < cols * n; i++) x[i] = frand();
+                size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+                fn(w, rb, rows, x, cols, n, cols, out, rows);
+                for (int r = 0; r < rows; r++) {
+                    quant_dequantize_row(t, w + r * rb, row, cols);
+                    for (int j = 0; j < n; j++) {
+                        double mag, want = ref_dot(row, x + (size_t)j * cols, cols, &mag);
+                        double err = fabs(out[j * rows + r] - want) / (mag + 1e-30);
+                        if (err > worst) worst = err;
+                    }
+                }
+                free(w);
+                free(x);
+                free(out);
+                free(row);
+            }
+        CHECK(worst < 1e-5, "%s: %s matmul, widths 1..1100, 1..9 tokens (worst relative error %.2g)", I->name,
+              ggml_type_name(t), worst);
+    }
+}
+
+/* The activation as the quantized kernels see it: q * d. */
+static void act_dequant(const act_q8 *a, int t, float *out) {
+    for (int i = 0; i < a->cols; i++) out[i] = a->qs[(size_t)t * a->cols + i] * a->d[(size_t)t * a->nb + i / CPU_QK];
+}
+
+static void act_alloc(act_q8 *a, int n, int cols) {
+    a->cols = cols;
+    a->nb = cols / CPU_QK;
+    a->qs = malloc((size_t)n * cols);
+    a->d = malloc(sizeof(float) * n * a->nb);
+    a->m8 = malloc(sizeof(int32_t) * n * a->nb);
+    a->m128 = malloc(sizeof(int32_t) * n * a->nb);
+    a->ds = malloc(sizeof(float) * n * a->nb);
+}
+
+static void act_free(act_q8 *a) {
+    free(a->qs);
+    free(a->d);
+    free(a->m8);
+    free(a->m128);
+    free(a->ds);
+}
+
+static void test_quant_act(const isa *I) {
+    int cols = 32 * 37, bad = 0;
+    float *x = malloc(sizeof(float) * cols);
+    act_q8 a, b;
+    act_alloc(&a, 1, cols);
+    act_alloc(&b, 1, cols);
+    for (int rep = 0; rep < 4; rep++) {
+        for (int i = 0; i < cols; i++) x[i] = frand() * (rep == 3 ? 1e-3f : 10.0f);
+        for (int i = 0; i < 32; i++) x[i] = 0; /* an all-zero block */
+        x[40] = 127.5f;                        /* a block dominated by one value */
+        I->k->quant_act(x, cols, a.qs, a.d, a.m8, a.m128, a.ds);
+        cpu_kern_scalar.quant_act(x, cols, b.qs, b.d, b.m8, b.m128, b.ds);
+        bad += memcmp(a.qs, b.qs, (size_t)cols) != 0 || memcmp(a.d, b.d, sizeof(float) * a.nb) != 0 ||
+               memcmp(a.m8, b.m8, sizeof(int32_t) * a.nb) != 0 || memcmp(a.m128, b.m128, sizeof(int32_t) * a.nb) != 0;
+        for (int i = 0; i < cols; i++)
+            if (fabsf(a.qs[i] * a.d[i / CPU_QK] - x[i]) > a.d[i / CPU_QK] * 0.5f * 1.0001f) bad++;
+    }
+    CHECK(!bad, "%s: activation quantization matches the scalar reference bit for bit, error <= d/2", I->name);
+    act_free(&a);
+    act_free(&b);
+    free(x);
+}
+
+static void test_quant_mm(const isa *I) {
+    ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+    static const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 13};
+    for (int ti = 0; ti < 3; ti++) {
+        ggml_type t = types[ti];
+        mm_rp_fn fn = t == GGML_TYPE_Q8_0 ? I->k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? I->k->mm_q4_0 : I->k->mm_q4_k;
+        int colsv[] = {256, 512, 768};
+        double worst = 0;
+        int bad_repack = 0;
+        for (int ci = 0; ci < 3; ci++)
+            for (size_t ni = 0; ni < sizeof tokens / sizeof *tokens; ni++) {
+                int cols = t == GGML_TYPE_Q4_K ? colsv[ci] : colsv[ci] / 8 * (ci + 1) + 32, n = tokens[ni], rows = 48 + 5;
+                size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+                uint8_t *w = make_weight(t, rows, cols);
+                uint8_t *orig = malloc(rb * rows);
+                memcpy(orig, w, rb * rows);
+                if (repack_weight(t, w, rows, cols)) bad_repack++;
+                float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
+                float *row = malloc(sizeof(float) * cols), *row2 = malloc(sizeof(float) * cols), *xa = malloc(sizeof(float) * cols);
+                for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
+                act_q8 a;
+                act_alloc(&a, n, cols);
+                for (int j = 0; j < n; j++)
+                    I->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
+                                    a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
+                int ng = rows / RP_ROWS;
+                fn(w, RP_ROWS * rb, ng, &a, n, out, rows);
+                for (int r = 0; r < rows; r++) {
+                    quant_dequantize_row(t, orig + r * rb, row, cols);
+                    repack_dequant_row(t, w, rows, cols, r, row2);
+                    if (memcmp(row, row2, sizeof(float) * cols)) bad_repack++;
+                    if (r >= ng * RP_ROWS) continue;
+                    for (int j = 0; j < n; j++) {
+                        act_dequant(&a, j, xa);
+                        double mag, want = ref_dot(row, xa, cols, &mag);
+                        double err = fabs(out[j * rows + r] - want) / (mag + 1e-30);
+                        if (err > worst) worst = err;
+                    }
+                }
+                act_free(&a);
+                free(w);
+                free(orig);
+                free(x);
+                free(out);
+                free(row);
+                free(row2);
+                free(xa);
+            }
+        CHECK(worst < 2e-6, "%s: %s repacked matmul vs dequantized weights x quantized activation, 1..13 tokens "
+                            "(worst relative error %.2g)", I->name, ggml_type_name(t), worst);
+        if (I->k == &cpu_kern_scalar)
+            CHECK(!bad_repack, "%s repacking in place: every row (tail rows included) reads back exactly",
+                  ggml_type_name(t));
+    }
+}
+
+static void test_q6k(const isa *I) {
+    if (!I->k->mm_q6_k) {
+        SKIP("%s: Q6_K has no integer kernel on this path (rows are dequantized)", I->name);
+        return;
+    }
+    double worst = 0;
+    for (int cols = 256; cols <= 768; cols += 512)
+        for (int n = 1; n <= 37; n += 12) {
+            int rows = 5;
+            size_t rb = ggml_row_bytes(GGML_TYPE_Q6_K, (uint64_t)cols);
+            uint8_t *w = make_weight(GGML_TYPE_Q6_K, rows, cols);
+            float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
+            float *row = malloc(sizeof(float) * cols), *xa = malloc(sizeof(float) * cols);
+            for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
+            act_q8 a;
+            act_alloc(&a, n, cols);
+            for (int j = 0; j < n; j++)
+                I->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
+                                a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
+            I->k->mm_q6_k(w, rb, rows, &a, n, out, rows);
+            for (int r = 0; r < rows; r++) {
+                quant_dequantize_row(GGML_TYPE_Q6_K, w + r * rb, row, cols);
+                for (int j = 0; j < n; j++) {
+                    act_dequant(&a, j, xa);
+                    double mag, want = ref_dot(row, xa, cols, &mag);
+                    worst = fmax(worst, fabs(out[j * rows + r] - want) / (mag + 1e-30));
+                }
+            }
+            act_free(&a);
+            free(w);
+            free(x);
+            free(out);
+            free(row);
+            free(xa);
+        }
+    CHECK(worst < 2e-6, "%s: Q6_K matmul vs dequantized weights x quantized activation, 1..37 tokens "
+                        "(worst relative error %.2g)", I->name, worst);
+}
+
+static void test_attention(const isa *I) {
+    static const int nposv[] = {1, 2, 7, 33, 130};
+    static const int hdv[] = {64, 24, 128};
+    double worst = 0;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (size_t pi = 0; pi < sizeof nposv / sizeof *nposv; pi++)
+            for (size_t hi = 0; hi < sizeof hdv / sizeof *hdv; hi++)
+            for (int G = 1; G <= 8; G += G == 1 ? 2 : 5) {
+                int npos = nposv[pi], hd = hdv[hi], kvh = 2;
+                size_t stride = (size_t)kvh * hd;
+                float *q = malloc(sizeof(float) * G * hd), *kf = malloc(sizeof(float) * npos * stride),
+                      *vf = malloc(sizeof(float) * npos * stride), *out = malloc(sizeof(float) * G * hd),
+                      *score = malloc(sizeof(float) * G * npos);
+                uint16_t *kh = malloc(2 * npos * stride), *vh = malloc(2 * npos * stride);
+                for (int i = 0; i < G * hd; i++) q[i] = frand() * 2;
+                for (size_t i = 0; i < npos * stride; i++) {
+                    kh[i] = quant_f32_to_f16(frand() * 2);
+                    vh[i] = quant_f32_to_f16(frand());
+                    kf[i] = quant_f16_to_f32(kh[i]);
+                    vf[i] = quant_f16_to_f32(vh[i]);
+                }
+                int head = 1; /* the second KV head: exercises the offset */
+                const void *kp = f16 ? (const void *)(kh + head * hd) : (const void *)(kf + head * hd);
+                const void *vp = f16 ? (const void *)(vh + head * hd) : (const void *)(vf + head * hd);
+                float scale = 1.0f / sqrtf((float)hd);
+                I->k->attn(q, G, kp, vp, f16, stride, npos, hd, scale, score, out);
+                for (int g = 0; g < G; g++) {
+                    double *p = malloc(sizeof(double) * npos), mx = -1e300, sum = 0;
+                    for (int t = 0; t < npos; t++) {
+                        double s = 0;
+                        for (int d = 0; d < hd; d++) s += (double)q[g * hd + d] * kf[t * stride + head * hd + d];
+                        p[t] = s * scale;
+                        if (p[t] > mx) mx = p[t];
+                    }
+                    for (int t = 0; t < npos; t++) sum += p[t] = exp(p[t] - mx);
+                    for (int d = 0; d < hd; d++) {
+                        double o = 0;
+                        for (int t = 0; t < npos; t++) o += p[t] / sum * vf[t * stride + head * hd + d];
+                        double err = fabs(out[g * hd + d] - o);
+                        if (err > worst) worst = err;
+                    }
+                    free(p);
+                }
+                free(q);
+                free(kf);
+                free(vf);
+                free(out);
+                free(score);
+                free(kh);
+                free(vh);
+            }
+    CHECK(worst < 2e-6, "%s: attention over F32 and F16 caches, 1..130 positions, head sizes 24/64/128, 1, 3 and 8 heads "
+                        "per KV head (worst error %.2g)", I->name, worst);
+}
+
+static void test_elementwise(const isa *I) {
+    int n = 1000 + 7;
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n), *c = malloc(sizeof(float) * n),
+          *w = malloc(sizeof(float) * n);
+    double worst_exp = 0, worst_silu = 0, worst = 0;
+    for (int i = 0; i < n; i++) {
+        a[i] = frand() * 30 + 9;
+        b[i] = frand();
+        w[i] = frand();
+    }
+    a[0] = -200; /* underflows, must not produce NaN */
+    a[1] = 39.5f; /* the largest: exp_sum gets x - max <= 0 in attention */
+    memcpy(c, a, sizeof(float) * n);
+    float mx = 40;
+    float s = I->k->exp_sum(c, n, mx);
+    double sref = 0;
+    for (int i = 0; i < n; i++) {
+        double e = exp((double)a[i] - mx);
+        sref += e;
+        double err = fabs(c[i] - e) / (e + 1e-37);
+        if (e > 1e-30 && err > worst_exp) worst_exp = err;
+    }
+    CHECK(worst_exp < 1e-5 && fabs(s - sref) / sref < 1e-5, "%s: exp_sum (worst relative error %.2g)", I->name, worst_exp);
+    memcpy(c, a, sizeof(float) * n);
+    I->k->swiglu(c, b, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        double g = a[i], want = g / (1 + exp(-g)) * b[i];
+        double err = fabs(c[i] - want) / (fabs(g * b[i]) + 1e-30);
+        if (!(err <= worst_silu)) worst_silu = err;
+    }
+    CHECK(worst_silu < 1e-6, "%s: swiglu (worst relative error %.2g)", I->name, worst_silu);
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)b[i] * b[i];
+    CHECK(fabs(I->k->sumsq(b, n) - ss) / ss < 1e-5, "%s: sum of squares", I->name);
+    I->k->scale_mul(c, b, 0.5f, w, n);
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs(c[i] - b[i] * 0.5 * w[i]));
+    memcpy(c, b, sizeof(float) * n);
+    I->k->add(c, w, (size_t)n);
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs(c[i] - (b[i] + w[i])));
+    CHECK(worst < 1e-6, "%s: scale-multiply and add", I->name);
+    uint16_t *h = malloc(2 * n), *h2 = malloc(2 * n);
+    for (int i = 0; i < n; i++) a[i] = frand() * (i % 3 == 0 ? 1e-6f : i % 3 == 1 ? 1.0f : 7e4f);
+    I->k->to_f16(h, a, (size_t)n);
+    cpu_kern_scalar.to_f16(h2, a, (size_t)n);
+    CHECK(!memcmp(h, h2, 2 * (size_t)n), "%s: F32 -> F16 (subnormals, overflow) matches the scalar conversion", I->name);
+    free(h);
+    free(h2);
+    free(a);
+    free(b);
+    free(c);
+    free(w);
+}
+
+typedef struct {
+    atomic_int *hits;
+} pool_ctx;
+
+static void pool_fn(void *ctx, size_t b, size_t e, int ith) {
+    (void)ith;
+    pool_ctx *p = ctx;
+    for (size_t i = b; i < e; i++) atomic_fetch_add(&p->hits[i], 1);
+}
+
+static void test_pool(void) {
+    int bad = 0;
+    for (int nt = 1; nt <= 4; nt++) {
+        tp_pool *pool = tp_create(nt);
+        for (size_t n = 0; n < 300; n += 37)
+            for (size_t chunk = 1; chunk < 40; chunk += 13) {
+                atomic_int *hits = calloc(n + 1, sizeof *hits);
+                pool_ctx c = {hits};
+                tp_run_dynamic(pool, pool_fn, &c, n, chunk);
+                for (size_t i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
+                memset(hits, 0, (n + 1) * sizeof *hits);
+                tp_run(pool, pool_fn, &c, n, chunk);
+                for (size_t i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
+                free(hits);
+            }
+        tp_destroy(pool);
+    }
+    CHECK(!bad, "thread pool: static and balanced runs cover every item exactly once (1-4 threads)");
+}
+
+/* The backend end to end: repacked weights with tail rows, embed of a repacked row. */
+static void test_backend(void) {
+    kb_backend *kb = kb_cpu_create(3);
+    ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    for (int ti = 0; ti < 7; ti++) {
+        ggml_type t = types[ti];
+        int quant = ti >= 3, cols = quant ? 512 : 172, rows = 40, n = 6;
+        size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+        uint8_t *w = make_weight(t, rows, cols);
+        float *deq = malloc(sizeof(float) * rows * cols);
+        for (int r = 0; r < rows; r++) quant_dequantize_row(t, w + r * rb, deq + (size_t)r * cols, cols);
+        kb_weight kw = {t, rows, cols, w, NULL, rb * rows};
+        kb->reserve(kb, cols, 64);
+        int up = kb->weight_upload(kb, &kw);
+        float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows), *emb = malloc(sizeof(float) * cols);
+        for (int i = 0; i < n * cols; i++) x[i] = frand();
+        double worst = 0, embed_err = 0;
+        for (int nn = 1; nn <= n; nn += n - 1) {
+            kb->matmul(kb, out, &kw, x, nn);
+            for (int j = 0; j < nn; j++)
+                for (int r = 0; r < rows; r++) {
+                    double mag, want = ref_dot(deq + (size_t)r * cols, x + (size_t)j * cols, cols, &mag);
+                    worst = fmax(worst, fabs(out[j * rows + r] - want) / mag);
+                }
+        }
+        for (int r = 0; r < rows; r += 13) {
+            int32_t tok = r;
+            kb->embed(kb, emb, &kw, &tok, 1);
+            for (int i = 0; i < cols; i++) embed_err = fmax(embed_err, fabs(emb[i] - deq[(size_t)r * cols + i]));
+        }
+        /* activation quantization: error <= 1/254 of each block's max, relative to sum |w x| well under 1% */
+        double tol = quant ? 1e-2 : 1e-5;
+        CHECK(up == 0 && worst < tol && embed_err == 0,
+              "backend %s matmul (40 rows, 1 and 6 tokens, %s) and embed (worst relative error %.2g, embed %.2g)",
+              ggml_type_name(t), kw.dev ? "repacked, 8 tail rows" : "file layout", worst, embed_err);
+        free(w);
+        free(deq);
+        free(x);
+        free(out);
+        free(emb);
+    }
+    kb->destroy(kb);
+}
+
+int main(void) {
+    isa isas[3] = {{"scalar", &cpu_kern_scalar}, {"avx2", cpu_kern_avx2()}, {"avx512", cpu_kern_avx512()}};
+    for (int i = 0; i < 3; i++) {
+        if (!isas[i].k) {
+            SKIP("%s kernels: this CPU (or compiler) lacks the instructions", isas[i].name);
+            continue;
+        }
+        test_float_mm(&isas[i]);
+        test_quant_act(&isas[i]);
+        test_quant_mm(&isas[i]);
+        test_q6k(&isas[i]);
+        test_attention(&isas[i]);
+        test_elementwise(&isas[i]);
+    }
+    test_pool();
+    test_backend();
+    printf("# best kernels on this CPU: %s\n", cpu_kern_best()->name);
+    CHECK_DONE();
+}

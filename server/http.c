@@ -15,10 +15,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "conntrack.h"
 #include "log.h"
 #include "mask.h"
 #include "messages.h"
 #include "metrics.h"
+#include "ratelimit.h"
 
 typedef enum { ROUTE_NONE, ROUTE_MESSAGES, ROUTE_COUNT, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS } route_id;
 
@@ -38,6 +40,7 @@ typedef struct {
 } req_ctx;
 
 static http_state *S;
+static ratelimit *RL; /* NULL: no rate limit */
 
 static double now_s(void) {
     struct timespec ts;
@@ -107,7 +110,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, int status, struct MHD_Re
 }
 
 /* Anthropic-shaped error. RETRY: -1 no header, 0 "x-should-retry: false",
- * 1 "true" plus retry-after. */
+ * N > 0 "true" plus "retry-after: N". */
 static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *r, int status, const char *type, const char *msg,
                                   int retry) {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
@@ -121,8 +124,10 @@ static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *r, int stat
     struct MHD_Response *resp = body_response(r, status, "application/json", body, strlen(body));
     free(js);
     if (!resp) return MHD_NO;
-    if (retry == 1) {
-        MHD_add_response_header(resp, "retry-after", "1");
+    if (retry > 0) {
+        char secs[16];
+        snprintf(secs, sizeof secs, "%d", retry);
+        MHD_add_response_header(resp, "retry-after", secs);
         MHD_add_response_header(resp, "x-should-retry", "true");
     } else if (retry == 0) {
         MHD_add_response_header(resp, "x-should-retry", "false");
@@ -141,19 +146,21 @@ static enum MHD_Result send_json(struct MHD_Connection *c, req_ctx *r, int statu
     return resp ? queue(c, status, resp) : MHD_NO;
 }
 
-/* 1 when no keys are configured or the request carries one of them. The
- * presented key is hashed and compared in constant time with each digest. */
+/* The index of the presented key among the configured ones (0 when no keys
+ * are configured), or -1: not authorized. The presented key is hashed and
+ * compared in constant time with every digest. */
 static int authorized(struct MHD_Connection *c) {
-    if (!S->cfg->n_keys) return 1;
+    if (!S->cfg->n_keys) return 0;
     const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "authorization");
     if (!key && auth && !strncasecmp(auth, "Bearer ", 7)) key = auth + 7;
-    if (!key) return 0;
+    if (!key) return -1;
     unsigned char d[32];
     SHA256((const unsigned char *)key, strlen(key), d);
-    int ok = 0;
-    for (int i = 0; i < S->cfg->n_keys; i++) ok |= CRYPTO_memcmp(d, S->cfg->key_sha256[i], 32) == 0;
-    return ok;
+    int found = -1;
+    for (int i = 0; i < S->cfg->n_keys; i++)
+        if (CRYPTO_memcmp(d, S->cfg->key_sha256[i], 32) == 0) found = i;
+    return found;
 }
 
 static cJSON *model_object(void) {
@@ -376,6 +383,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     if (r->job) return handle_resumed(c, r);
+    conntrack_set_received(c, 1);
     if (r->route == ROUTE_NONE) return send_error(c, r, 404, "not_found_error", "no such endpoint", -1);
     if (!r->method_ok) return send_error(c, r, 405, "invalid_request_error", "method not allowed on this endpoint", -1);
     if (r->route == ROUTE_HEALTH) {
@@ -392,7 +400,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         free(text);
         return resp ? queue(c, 200, resp) : MHD_NO;
     }
-    if (!authorized(c)) return send_error(c, r, 401, "authentication_error", "invalid x-api-key", -1);
+    int key = authorized(c);
+    if (key < 0) return send_error(c, r, 401, "authentication_error", "invalid x-api-key", -1);
+    if (RL && (r->route == ROUTE_MESSAGES || r->route == ROUTE_COUNT)) {
+        int wait = ratelimit_take(RL, key, now_s());
+        if (wait) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "rate limit of %d requests per minute exceeded; retry in %d s", S->cfg->rate_limit_rpm,
+                     wait);
+            return send_error(c, r, 429, "rate_limit_error", msg, wait);
+        }
+    }
     if (!atomic_load(&S->ready)) return send_error(c, r, 503, "overloaded_error", "the model is still loading", 1);
     if (r->too_large) {
         char msg[128];
@@ -407,7 +425,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 /* Logs the request, counts it, and lets go of its job. */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls;
-    (void)c;
+    conntrack_set_received(c, 0); /* the next request on this connection has its own deadline */
     req_ctx *r = *con_cls;
     if (!r) return;
     double dur = now_s() - r->t0;
@@ -452,13 +470,40 @@ struct MHD_Daemon *http_start(http_state *st, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot resolve host '%s': %s", st->cfg->host, gai_strerror(gai));
         return NULL;
     }
+    if (st->cfg->rate_limit_rpm > 0) {
+        RL = ratelimit_create(st->cfg->n_keys ? st->cfg->n_keys : 1, st->cfg->rate_limit_rpm,
+                              st->cfg->rate_limit_burst > 0 ? st->cfg->rate_limit_burst : st->cfg->rate_limit_rpm);
+        if (!RL) {
+            freeaddrinfo(ai);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+    }
+    if (conntrack_start(st->cfg->request_timeout_s)) {
+        freeaddrinfo(ai);
+        ratelimit_free(RL);
+        RL = NULL;
+        snprintf(err, errlen, "cannot start the request-deadline thread");
+        return NULL;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+                                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+                                            conntrack_notify, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
                                             (unsigned)st->cfg->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, 512u,
                                             MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!d) snprintf(err, errlen, "cannot listen on %s:%d (in use, or no permission)", st->cfg->host, st->cfg->port);
+    if (!d) {
+        snprintf(err, errlen, "cannot listen on %s:%d (in use, or no permission)", st->cfg->host, st->cfg->port);
+        http_stop(NULL);
+    }
     return d;
+}
+
+void http_stop(struct MHD_Daemon *d) {
+    if (d) MHD_stop_daemon(d);
+    conntrack_stop();
+    ratelimit_free(RL);
+    RL = NULL;
 }

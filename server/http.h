@@ -19,5 +19,7 @@ typedef struct {
 
 /* Starts the daemon on cfg->host:cfg->port; returns it or NULL (err set). */
 struct MHD_Daemon *http_start(http_state *st, char *err, size_t errlen);
+/* Stops the daemon D (may be NULL) and what http_start started beside it. */
+void http_stop(struct MHD_Daemon *d);
 
 #endif

@@ -89,7 +89,7 @@ int server_main(int argc, char **argv) {
     if (!e) {
         log_msg(LOG_ERROR, "model", "%s", err);
         fprintf(stderr, "ilpd serve: %s\n", err);
-        MHD_stop_daemon(d);
+        http_stop(d);
         cfg_free(&c);
         return 1;
     }
@@ -98,7 +98,7 @@ int server_main(int argc, char **argv) {
     st.worker = worker_start(e, c.queue, c.ping_interval_ms);
     if (!st.worker) {
         log_msg(LOG_ERROR, "worker", "cannot start the engine worker");
-        MHD_stop_daemon(d);
+        http_stop(d);
         engine_close(e);
         cfg_free(&c);
         return 1;
@@ -123,7 +123,7 @@ int server_main(int argc, char **argv) {
     }
     worker_stop(st.worker);
     usleep(100000); /* let the last responses leave */
-    MHD_stop_daemon(d);
+    http_stop(d);
     engine_close(e);
     cfg_free(&c);
     log_msg(LOG_INFO, "shutdown", "done");

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Faults the server must survive: bad model and probe files at start,
 clients that vanish (mid-stream, while queued, mid-body), oversized headers,
-a simulated KV allocation failure, SIGTERM during a stream, and many
-disconnects in a row without leaking connections."""
+a client that trickles one byte a second, a simulated KV allocation failure,
+SIGTERM during a stream, 1,000 disconnects in a row without leaking
+connections, and the optional per-key rate limit."""
 import json
 import os
 import signal
@@ -85,7 +86,7 @@ def vanishing_clients():
         fail = [c for c in codes if c[0] == 500]
         check(len(fail) == 1 and fail[0][1] == "false" and fail[0][2] == "api_error" and codes[-1][0] == 200,
               "a simulated KV allocation failure: 500 api_error with x-should-retry false, then the next request is served", codes)
-        for _ in range(300):
+        for _ in range(1000):
             c = raw_post(s.port, dict(BODY, max_tokens=100, stream=True))
             c.recv(1)
             c.close()
@@ -103,10 +104,76 @@ def vanishing_clients():
                 break
             time.sleep(0.05)
         check(st == 200 and running == ["ilpd_requests_running 0"] and fds1 <= fds0 + 2,
-              "300 disconnects mid-stream in a row: no stuck job, no leaked connection (fds %d -> %d)" % (fds0, fds1), (st, running))
+              "1000 disconnects mid-stream in a row: no stuck job, no leaked connection (fds %d -> %d)" % (fds0, fds1), (st, running))
     finally:
         rc, log = s.stop()
     check(rc == 0, "the server exits 0 after the faults", rc)
+
+
+def slow_client():
+    s = Server("--request-timeout", "2")
+    try:
+        fds0 = open_fds(s.proc.pid)
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.settimeout(1.0)
+        request = b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        t0, closed, sent = time.time(), None, 0
+        while time.time() - t0 < 10 and closed is None:
+            try:
+                c.send(request[sent % len(request):sent % len(request) + 1])  # one byte a second
+                sent += 1
+                if c.recv(1024) == b"":
+                    closed = time.time() - t0
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = time.time() - t0
+        st_health = s.request("GET", "/health")[0]
+        c.close()
+        check(closed is not None and 1.5 < closed < 5 and st_health == 200,
+              "a client sending one byte a second is disconnected by the 2 s request deadline (after %s s, %d bytes)" % (
+                  closed and round(closed, 1), sent), (closed, st_health))
+        for _ in range(100):
+            fds1 = open_fds(s.proc.pid)
+            if fds1 <= fds0 + 1:
+                break
+            time.sleep(0.05)
+        st, h, o = s.json("POST", "/v1/messages", BODY)
+        check(st == 200 and fds1 <= fds0 + 1, "after the slow client: its connection is freed (fds %d -> %d), the next request is served" % (
+            fds0, fds1), st)
+        # A keep-alive client that is simply idle between two quick requests is not cut by the deadline's bookkeeping.
+        import http.client
+        k = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+        k.request("GET", "/health")
+        r1 = k.getresponse().read()
+        time.sleep(1.0)
+        k.request("GET", "/health")
+        r2 = k.getresponse()
+        check(r2.status == 200 and r1, "a keep-alive connection serves a second request within the deadline", r2.status)
+        k.close()
+    finally:
+        rc, log = s.stop()
+    check("request_timeout" in log, "the deadline is logged", log[-300:])
+
+
+def rate_limit():
+    s = Server("--rate-limit-rpm", "60", "--rate-limit-burst", "2", "--api-key", "key-a", "--api-key", "key-b")
+    try:
+        count = {"model": "m", "messages": BODY["messages"]}
+        a = [s.json("POST", "/v1/messages/count_tokens", count, {"x-api-key": "key-a"}) for _ in range(3)]
+        b = s.json("POST", "/v1/messages/count_tokens", count, {"x-api-key": "key-b"})
+        st, h, o = a[2]
+        check([x[0] for x in a] == [200, 200, 429] and isinstance(o, dict) and o.get("error", {}).get("type") == "rate_limit_error"
+              and o.get("type") == "error" and h.get("retry-after") == "1" and h.get("x-should-retry") == "true",
+              "rate limit: a key's 3rd request within its burst of 2 gets 429 rate_limit_error with retry-after", (a, h))
+        check(b[0] == 200, "rate limit: buckets are per key (the other key is served)", b[0])
+        check(s.request("GET", "/health")[0] == 200 and s.json("GET", "/v1/models", None, {"x-api-key": "key-a"})[0] == 200,
+              "rate limit: health and models are not limited")
+        time.sleep(1.1)
+        check(s.json("POST", "/v1/messages/count_tokens", count, {"x-api-key": "key-a"})[0] == 200,
+              "rate limit: after retry-after the key is served again")
+    finally:
+        s.stop()
 
 
 def sigterm_mid_stream():
@@ -140,6 +207,8 @@ def main():
         return 0
     start_failures()
     vanishing_clients()
+    slow_client()
+    rate_limit()
     sigterm_mid_stream()
     return 1 if check.failed else 0
 

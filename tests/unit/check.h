@@ -10,14 +10,11 @@ static int check_failures;
 
 #define CHECK(cond, ...)                                        \
     do {                                                        \
-        if (cond) {                                             \
-            printf("ok - ");                                    \
-        } else {                                                \
-            printf("not ok - ");                                \
-            check_failures++;                                   \
-        }                                                       \
+        int check_ok_ = !!(cond); /* evaluated once */          \
+        printf(check_ok_ ? "ok - " : "not ok - ");              \
+        if (!check_ok_) check_failures++;                       \
         printf(__VA_ARGS__);                                    \
-        if (!(cond)) printf(" (%s:%d: %s)", __FILE__, __LINE__, #cond); \
+        if (!check_ok_) printf(" (%s:%d: %s)", __FILE__, __LINE__, #cond); \
         printf("\n");                                           \
         fflush(stdout);                                         \
     } while (0)

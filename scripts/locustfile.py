@@ -3,12 +3,14 @@
   locust -f scripts/locustfile.py --headless -u 20 -r 10 -t 30s --host http://127.0.0.1:8080
 
 Half the users ask for JSON answers, half stream. A 529 with retry-after is
-the server's back-pressure working as designed and counts as a success;
+the server's back-pressure working as designed and counts as a success (the
+user then waits retry-after seconds, as the official SDKs do);
 anything else that is not a 200 with a well-formed answer is a failure.
 Environment: ILPD_MAX_TOKENS (default 32), ILPD_API_KEY.
 """
 import json
 import os
+import time
 
 from locust import HttpUser, between, task
 
@@ -31,6 +33,7 @@ def payload(i, stream):
 def judge(r, stream):
     if r.status_code == 529 and r.headers.get("retry-after"):
         r.success()
+        time.sleep(min(float(r.headers["retry-after"]), 5.0))
     elif r.status_code != 200:
         r.failure("status %d: %s" % (r.status_code, r.text[:200]))
     elif stream and "event: message_stop" not in r.text:

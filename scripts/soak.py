@@ -45,6 +45,18 @@ def status_counts(port):
     return out
 
 
+def served_latency_ms(log_path):
+    """Return the server-side durations (ms) of the 200 answers to /v1/messages in its log."""
+    out = []
+    with open(log_path) as f:
+        for line in f:
+            if '"event":"request"' in line and '"route":"messages"' in line and '"status":200' in line:
+                m = re.search(r'"duration_ms":([0-9.]+)', line)
+                if m:
+                    out.append(float(m.group(1)))
+    return sorted(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", default=os.path.join(ROOT, "models/ilpd-demo-F16.gguf"))
@@ -79,11 +91,15 @@ def main():
         srv.terminate()
         rc = srv.wait(60)
     n, fails = int(agg["Request Count"]), int(agg["Failure Count"])
+    served = served_latency_ms(os.path.join(tmp, "server.log"))
     growth = (rss_end - rss_warm) / rss_warm
     print("model          %s" % a.model)
     print("load           %d users for %d s (after %d s of warm-up), locust wall %.0f s" % (a.users, a.seconds, a.warmup, wall))
     print("requests       %d, failures %d, %.1f req/s" % (n, fails, float(agg["Requests/s"])))
-    print("latency        p50 %s ms, p99 %s ms, max %.0f ms" % (agg["50%"], agg["99%"], float(agg["Max Response Time"])))
+    print("latency        (locust, every answer incl. 529s) p50 %s ms, p99 %s ms, max %.0f ms" % (agg["50%"], agg["99%"], float(agg["Max Response Time"])))
+    if served:
+        print("served (200)   %d answers, server-side p50 %.0f ms, p99 %.0f ms" % (
+            len(served), served[len(served) // 2], served[min(len(served) - 1, int(len(served) * 0.99))]))
     print("server status  %s (all requests, warm-up included; 529 = queue full, answered with retry-after;\n"
           "               0 = the client left first, e.g. when locust stops)" %
           ", ".join("%s: %d" % kv for kv in sorted(codes.items())))

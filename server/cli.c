@@ -36,6 +36,7 @@ static int usage(void) {
             "  ilpd logits   -m MODEL --tokens ID,ID,... [--layer-mask BASE64 | --mask 1,0,...] -o FILE\n"
             "  ilpd calibrate -m MODEL --data PROMPTS.jsonl -o PROBE.json [--target-agreement 0.99] [--seed S]\n"
             "                 [-n ANSWER_TOKENS] [--holdout 0.25] [--max-prompts N] [--confidence-floor 0.4]\n"
+            "                 [--exact-share S]   (labels keep answers identical; S of them must stay so)\n"
             "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--plot FILE.png]\n"
             "                [--ppl-text FILE]\n"
             "  ilpd bench    -m MODEL [-t N] [-p 128] [-n 128] [--layer-mask BASE64] [--json]\n"

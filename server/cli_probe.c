@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
     const char *model, *data, *out, *probe_path, *json_out, *plot, *ppl_text;
-    float target, floor;
+    float target, floor, exact_share; /* exact_share > 0: labels need identical answers (see cli_calibrate) */
     int n_gen, n_threads, json, max_prompts, ctx;
     double holdout;
     unsigned long long seed;
@@ -247,7 +247,7 @@ static void shuffle(int *idx, int n, unsigned long long seed) {
 
 typedef struct {
     double agree_tokens, total_tokens, skipped, decided;
-    int n;
+    int n, exact; /* prompts; of them with every answer token unchanged */
 } split_score;
 
 /* Runs the probe P on the samples IDX[0..n) and measures the skip rate and
@@ -266,6 +266,7 @@ static int score_probe(engine *e, const probe *p, sample *s, const int *idx, int
         sc->total_tokens += n_ans;
         sc->skipped += d.n_skipped;
         sc->decided += d.n_skipped > 0;
+        sc->exact += agree == n_ans;
         sc->n++;
     }
     (void)in;
@@ -294,6 +295,7 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
         else if (!strcmp(a, "--ppl-text")) o->ppl_text = v;
         else if (!strcmp(a, "--target-agreement")) o->target = strtof(v, NULL);
         else if (!strcmp(a, "--confidence-floor")) o->floor = strtof(v, NULL);
+        else if (!strcmp(a, "--exact-share")) o->exact_share = strtof(v, NULL);
         else if (!strcmp(a, "-n")) o->n_gen = atoi(v);
         else if (!strcmp(a, "-t")) o->n_threads = atoi(v);
         else if (!strcmp(a, "-c")) o->ctx = atoi(v);
@@ -311,8 +313,9 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
         fprintf(stderr, "ilpd: -m MODEL and --data PROMPTS.jsonl are required\n");
         return -1;
     }
-    if (!(o->target > 0 && o->target <= 1) || o->n_gen < 1 || !(o->holdout > 0 && o->holdout < 1)) {
-        fprintf(stderr, "ilpd: --target-agreement in (0,1], -n >= 1, --holdout in (0,1)\n");
+    if (!(o->target > 0 && o->target <= 1) || o->n_gen < 1 || !(o->holdout > 0 && o->holdout < 1) ||
+        !(o->exact_share >= 0 && o->exact_share <= 1)) {
+        fprintf(stderr, "ilpd: --target-agreement in (0,1], --exact-share in [0,1], -n >= 1, --holdout in (0,1)\n");
         return -1;
     }
     return 0;
@@ -402,7 +405,10 @@ int cli_calibrate(int argc, char **argv) {
     fprintf(stderr, "  (%.1f s)\n", now_s() - t0);
 
     /* Label each prompt with the longest prefix of the ranking it can drop
-     * within the target (binary search; agreement falls as layers go). */
+     * within the target (binary search; agreement falls as layers go). With
+     * --exact-share the label must keep every answer token: teacher-forced
+     * top-1 agreement on the whole answer means the same greedy answer. */
+    double label_target = o.exact_share > 0 ? 1.0 : o.target;
     for (int i = 0; i < n; i++) {
         int lo = 0, hi = n_cand;
         while (lo < hi) {
@@ -411,7 +417,7 @@ int cli_calibrate(int argc, char **argv) {
             full_mask(in, mask);
             for (int c = 0; c < mid; c++) mask[cand[c]] = 0;
             if (masked_agreement(e, &s[i], mask, logits, &agree)) goto done;
-            if (agree >= o.target * (s[i].n_seq - s[i].n_prompt) - 1e-9) lo = mid;
+            if (agree >= label_target * (s[i].n_seq - s[i].n_prompt) - 1e-9) lo = mid;
             else hi = mid - 1;
         }
         s[i].label = lo;
@@ -445,7 +451,8 @@ int cli_calibrate(int argc, char **argv) {
     }
 
     /* Pick the threshold that skips most while the calibration split keeps
-     * the target agreement; none at all (threshold 0) when none does. */
+     * the target agreement (and, with --exact-share, that share of answers
+     * identical); none at all (threshold 0) when none does. */
     static const float thresholds[] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.05f, 0.02f};
     int idx[4096];
     for (int i = 0; i < n && i < 4096; i++) idx[i] = i;
@@ -454,9 +461,10 @@ int cli_calibrate(int argc, char **argv) {
     for (size_t t = 0; t < sizeof thresholds / sizeof *thresholds; t++) {
         pr.threshold = thresholds[t];
         if (score_probe(e, &pr, s, idx, n_cal, logits, &cal)) goto done;
-        fprintf(stderr, "calibrate: threshold %.2f: calibration agreement %.4f, %.2f layers skipped per prompt\n",
-                pr.threshold, cal.agree_tokens / cal.total_tokens, cal.skipped / cal.n);
-        if (cal.agree_tokens / cal.total_tokens >= o.target) break;
+        fprintf(stderr,
+                "calibrate: threshold %.2f: calibration agreement %.4f, %.1f%% answers identical, %.2f layers skipped per prompt\n",
+                pr.threshold, cal.agree_tokens / cal.total_tokens, 100.0 * cal.exact / cal.n, cal.skipped / cal.n);
+        if (cal.agree_tokens / cal.total_tokens >= o.target && cal.exact >= o.exact_share * cal.n - 1e-9) break;
         pr.threshold = 0;
     }
     if (pr.threshold == 0 && score_probe(e, &pr, s, idx, n_cal, logits, &cal)) goto done;
@@ -466,6 +474,8 @@ int cli_calibrate(int argc, char **argv) {
            100 * hold_skip);
     printf("greedy agreement with full depth:   calibration %.2f%%, held out %.2f%%\n",
            100 * cal.agree_tokens / cal.total_tokens, 100 * hold.agree_tokens / hold.total_tokens);
+    printf("answers identical to full depth:    calibration %.1f%%, held out %.1f%%\n", 100.0 * cal.exact / cal.n,
+           100.0 * hold.exact / hold.n);
     printf("threshold %.2f, confidence floor %.2f, k=%d, %d parameters\n", pr.threshold, pr.floor, k,
            n_cand * (PROBE_N_FEATURES + 1));
 
@@ -474,6 +484,9 @@ int cli_calibrate(int argc, char **argv) {
     cJSON_AddStringToObject(m, "data", o.data);
     cJSON_AddNumberToObject(m, "seed", (double)o.seed);
     cJSON_AddNumberToObject(m, "target_agreement", o.target);
+    cJSON_AddNumberToObject(m, "exact_share", o.exact_share);
+    cJSON_AddNumberToObject(m, "identical_answers_calibration", (double)cal.exact / cal.n);
+    cJSON_AddNumberToObject(m, "identical_answers_held_out", (double)hold.exact / hold.n);
     cJSON_AddNumberToObject(m, "answer_tokens", o.n_gen);
     cJSON_AddNumberToObject(m, "prompts_calibration", n_cal);
     cJSON_AddNumberToObject(m, "prompts_held_out", n_hold);

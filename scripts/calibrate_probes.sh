@@ -3,7 +3,8 @@
 #   scripts/calibrate_probes.sh [SHARED_DIR]
 # stories260K: calibrated on TinyStories training openings, evaluated on the
 # validation head. The demo model: calibrated on one half of its held-out task
-# prompts, evaluated on the other half. Deterministic (seed 1).
+# prompts, evaluated on the other half, with labels that keep whole answers
+# identical (--exact-share: JSON answers must not change). Deterministic (seed 1).
 set -eu
 cd "$(dirname "$0")/.."
 SHARED=${1:-../shared}
@@ -22,7 +23,7 @@ fi
 if [ -f models/ilpd-demo-F16.gguf ]; then
     /usr/bin/python3 scripts/probe_data.py demo "$OUT/demo"
     "$ILPD" calibrate -m models/ilpd-demo-F16.gguf --data "$OUT/demo/calibrate.jsonl" \
-        -o config/probes/ilpd-demo-F16.json --target-agreement 0.99 -n 48 --seed 1
+        -o config/probes/ilpd-demo-F16.json --target-agreement 0.99 --exact-share 0.97 -n 48 --seed 1
     "$ILPD" eval -m models/ilpd-demo-F16.gguf --data "$OUT/demo/eval.jsonl" \
         --probe config/probes/ilpd-demo-F16.json -n 48 --json --plot "$OUT/demo/eval.png" > "$OUT/demo/eval.json"
 fi

@@ -453,7 +453,8 @@ int cli_calibrate(int argc, char **argv) {
     /* Pick the threshold that skips most while the calibration split keeps
      * the target agreement (and, with --exact-share, that share of answers
      * identical); none at all (threshold 0) when none does. */
-    static const float thresholds[] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.05f, 0.02f};
+    static const float thresholds[] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.45f, 0.4f, 0.35f, 0.3f, 0.25f,
+                                       0.2f, 0.175f, 0.15f, 0.125f, 0.1f, 0.075f, 0.05f, 0.02f};
     int idx[4096];
     for (int i = 0; i < n && i < 4096; i++) idx[i] = i;
     split_score cal = {0}, hold = {0};

@@ -62,7 +62,15 @@ all: $(BIN)
 $(BIN): $(OBJS)
 	$(CC) $(LDFLAGS_SAN) -o $@ $^ $(LIBS)
 
-$(BUILD)/%.o: %.c
+# A stamp named after the flags: objects built with other flags (say, before
+# nvcc or kernels/cuda/ appeared, or with CUDA=0) are rebuilt, not mixed.
+FLAGS_STAMP := $(BUILD)/flags-$(shell echo '$(CC) $(CFLAGS) $(NVCCFLAGS) $(LIBS)' | md5sum | cut -c1-12)
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/flags-*
+	@touch $@
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -70,7 +78,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -MMD -MP -o $@ $< $(LIB_OBJS) $(LIBS)
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

@@ -144,7 +144,18 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     if (!e->gguf) goto fail;
     e->kb = backend_create(p, err, errlen);
     if (!e->kb) goto fail;
-    if (model_load(&e->model, e->gguf, e->kb, err, errlen)) goto fail;
+    if (model_load(&e->model, e->gguf, e->kb, err, errlen)) {
+        /* --device auto: a model that does not fit the GPU runs on the CPU */
+        if (p->device != ENGINE_DEVICE_AUTO || !strncmp(e->kb->name, "cpu", 3)) goto fail;
+        log_msg(LOG_WARN, "backend", "%s; using the CPU", err);
+        e->kb->destroy(e->kb);
+        e->kb = kb_cpu_create(p->n_threads);
+        if (!e->kb) {
+            snprintf(err, errlen, "cannot create the CPU backend (out of memory or threads)");
+            goto fail;
+        }
+        if (model_load(&e->model, e->gguf, e->kb, err, errlen)) goto fail;
+    }
     e->vocab = tok_vocab_load(e->gguf, err, errlen);
     if (!e->vocab) goto fail;
     if (tok_n_vocab(e->vocab) > e->model.n_vocab) {

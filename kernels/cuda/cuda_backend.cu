@@ -1,0 +1,1385 @@
+/* cuda_backend.cu - the CUDA implementation of backend.h.
+ *
+ * One device, one stream, one cuBLAS handle. Weights are uploaded once in
+ * their file format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); activations and
+ * the KV cache (F32 or F16) live in device memory.
+ *
+ * matmul, by the number of rows n:
+ *   n >= gemm_min_n (9)  cuBLAS: F32 weights by SGEMM (FP32, no TF32);
+ *                        the others by GemmEx on F16 inputs with FP32
+ *                        accumulation: the activation is converted to F16
+ *                        once, F16 weights are used as they are, the other
+ *                        types are dequantised to F16 tile by tile (32 MiB
+ *                        of scratch) just before their GEMM.
+ *   else                 own kernels, one warp per weight row, up to 8
+ *                        rows of the activation per pass: float weights by
+ *                        float dot products (16-byte loads when the width
+ *                        allows), Q8_0/Q4_0/Q4_K/Q6_K by dp4a against the
+ *                        activation quantised once per matmul to int8 in
+ *                        blocks of 32 (the same rounding as the CPU).
+ * attention: the new K/V rows are stored in the cache, then one block per
+ * (tile of up to 16 queries, head, split of the positions) runs an online
+ * softmax over tiles of 32 cached positions staged in shared memory; when
+ * there are too few blocks to fill the GPU (decode) the positions are split
+ * (flash-decoding) and a second kernel merges the partial softmaxes.
+ * RMSNorm, RoPE (cos/sin in double, as on the CPU), SwiGLU and the additions
+ * round like the CPU code (no fused multiply-add where the CPU has none).
+ *
+ * Errors: alloc and reserve return NULL/-1 on cudaMalloc failure (a clean
+ * per-request error for the engine); a failed launch is reported once on
+ * stderr. The same file compiles on the host with -DILPD_CUDA_EMU into an
+ * emulated backend for the tests (cuda_compat.cuh, cuda_emu.cuh).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_compat.cuh"
+#include "cuda_quant.cuh"
+#ifdef ILPD_CUDA_EMU
+#include "cuda_emu.cuh"
+#else
+#include <cublas_v2.h>
+#endif
+
+extern "C" {
+#include "backend.h"
+#include "cpu/quant.h"
+#include "cuda/cuda_backend.h"
+#include "gguf.h"
+#include "log.h"
+}
+
+#ifdef ILPD_CUDA_EMU
+#define KB_CREATE kb_cuda_emu_create
+#define KB_SELFTEST kb_cuda_emu_selftest
+#define KB_NAME "cuda-emu"
+#else
+#define KB_CREATE kb_cuda_create
+#define KB_SELFTEST kb_cuda_selftest
+#define KB_NAME "cuda"
+#endif
+
+namespace ILPD_NS {
+
+enum { MV_THREADS = 128, MV_NT = 8, ATT_THREADS = 128, ATT_QT = 16, ATT_TILE = 32, EW_THREADS = 256 };
+static const size_t W16_TILE_BYTES = (size_t)32 << 20;
+
+/* ======================================================================
+ * Kernels
+ * ====================================================================== */
+
+/* out[t*ldo + r] = row r of W (quantised type T) . activation token t, for
+ * t < n <= NT; one warp per row. */
+template <int T, int NT>
+KGLOBAL void k_mv_quant(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
+                        const int8_t *__restrict__ aq, const float *__restrict__ ad, const float *__restrict__ ads,
+                        int n, float *__restrict__ out, int ldo) {
+    typedef wtraits<T> W;
+    int lane = threadIdx.x & 31;
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return; /* whole warps leave together */
+    const uint8_t *row = w + (size_t)r * row_bytes;
+    int nb32 = cols >> 5, items = (cols / W::QK) * W::PARTS;
+    float acc[NT];
+KUNROLL
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int it = lane; it < items; it += 32) {
+        int b = it / W::PARTS, p = it % W::PARTS;
+        const uint8_t *blk = row + (size_t)b * W::BYTES;
+KUNROLL
+        for (int t = 0; t < NT; t++) {
+            if (t < n) {
+                size_t a0 = (size_t)t * cols + (size_t)b * W::QK, s0 = (size_t)t * nb32 + (size_t)b * (W::QK / 32);
+                acc[t] += vdot<T>(blk, aq + a0, ad + s0, ads + s0, p);
+            }
+        }
+    }
+KUNROLL
+    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
+    if (lane == 0)
+        for (int t = 0; t < NT && t < n; t++) out[(size_t)t * ldo + r] = acc[t];
+}
+
+KDEV void unpack8(int t, uint4 v, float *f) {
+    uint32_t u[4] = {v.x, v.y, v.z, v.w};
+KUNROLL
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo = (uint16_t)(u[i] & 0xffff), hi = (uint16_t)(u[i] >> 16);
+        f[2 * i] = t == WT_BF16 ? bf2f(lo) : h2f(lo);
+        f[2 * i + 1] = t == WT_BF16 ? bf2f(hi) : h2f(hi);
+    }
+}
+
+/* The same for float weights (F32, F16, BF16); VEC: 16-byte loads (the
+ * width is a multiple of 8 values, or 4 for F32, and x is 16-byte aligned). */
+template <int T, int NT, bool VEC>
+KGLOBAL void k_mv_float(const void *__restrict__ w, int rows, int cols, const float *__restrict__ x, int n,
+                        float *__restrict__ out, int ldo) {
+    int lane = threadIdx.x & 31;
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    float acc[NT];
+KUNROLL
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    if (VEC && T == WT_F32) {
+        const float4 *wr = reinterpret_cast<const float4 *>(static_cast<const float *>(w) + (size_t)r * cols);
+        int nv = cols >> 2;
+        for (int v = lane; v < nv; v += 32) {
+            float4 a = wr[v];
+KUNROLL
+            for (int t = 0; t < NT; t++) {
+                if (t < n) {
+                    float4 b = reinterpret_cast<const float4 *>(x + (size_t)t * cols)[v];
+                    acc[t] += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                }
+            }
+        }
+    } else if (VEC) {
+        const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(w) + (size_t)r * cols);
+        int nv = cols >> 3;
+        for (int v = lane; v < nv; v += 32) {
+            float f[8];
+            unpack8(T, wr[v], f);
+KUNROLL
+            for (int t = 0; t < NT; t++) {
+                if (t < n) {
+                    const float4 *xb = reinterpret_cast<const float4 *>(x + (size_t)t * cols) + 2 * v;
+                    float4 b0 = xb[0], b1 = xb[1];
+                    acc[t] += f[0] * b0.x + f[1] * b0.y + f[2] * b0.z + f[3] * b0.w + f[4] * b1.x + f[5] * b1.y +
+                              f[6] * b1.z + f[7] * b1.w;
+                }
+            }
+        }
+    } else {
+        const uint8_t *row = static_cast<const uint8_t *>(w) + (size_t)r * cols * (T == WT_F32 ? 4 : 2);
+        for (int k = lane; k < cols; k += 32) {
+            float a = dq_elem(T, row, k);
+KUNROLL
+            for (int t = 0; t < NT; t++)
+                if (t < n) acc[t] += a * x[(size_t)t * cols + k];
+        }
+    }
+KUNROLL
+    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
+    if (lane == 0)
+        for (int t = 0; t < NT && t < n; t++) out[(size_t)t * ldo + r] = acc[t];
+}
+
+/* The reference: any type, any n, one warp per row, float dot of the
+ * dequantised weight (ILPD_CUDA_REF=1, and the fallback without scratch). */
+KGLOBAL void k_mv_ref(int type, const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
+                      const float *__restrict__ x, int n, float *__restrict__ out, int ldo) {
+    int lane = threadIdx.x & 31;
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const uint8_t *row = w + (size_t)r * row_bytes;
+    for (int t = 0; t < n; t++) {
+        float acc = 0.0f;
+        for (int k = lane; k < cols; k += 32) acc += dq_elem(type, row, k) * x[(size_t)t * cols + k];
+        acc = warp_sum(acc);
+        if (lane == 0) out[(size_t)t * ldo + r] = acc;
+    }
+}
+
+/* Quantises NBLOCKS blocks of 32 floats to int8 (one warp per block):
+ * q = rint(x / d), d = amax / 127, ds = d * sum(q), as the CPU's quant_act. */
+KGLOBAL void k_quant_act(const float *__restrict__ x, int nblocks, int8_t *__restrict__ qs, float *__restrict__ d,
+                         float *__restrict__ ds) {
+    int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (b >= nblocks) return;
+    float v = x[(size_t)b * 32 + lane];
+    float amax = warp_max(fabsf(v));
+    float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+    int q = f2i_rn(fmul_rn(v, id));
+    qs[(size_t)b * 32 + lane] = (int8_t)q;
+    int sum = warp_sum_i(q);
+    if (lane == 0) {
+        d[b] = db;
+        ds[b] = db * (float)sum;
+    }
+}
+
+/* COUNT values of W (type T, rows of ROW_BYTES, COLS wide) as F16. */
+template <int T>
+KGLOBAL void k_dequant_f16(const uint8_t *__restrict__ w, size_t row_bytes, int cols, size_t count,
+                           uint16_t *__restrict__ out) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+        size_t r = i / (size_t)cols;
+        int k = (int)(i - r * (size_t)cols);
+        out[i] = f2h(dq_elem(T, w + r * row_bytes, k));
+    }
+}
+
+KGLOBAL void k_f32_to_f16(const float *__restrict__ x, size_t count, uint16_t *__restrict__ y) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) y[i] = f2h(x[i]);
+}
+
+KGLOBAL void k_embed(int type, const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
+                     const int32_t *__restrict__ ids, float *__restrict__ out) {
+    int i = blockIdx.x, id = ids[i];
+    float *o = out + (size_t)i * cols;
+    if (id < 0 || id >= rows) {
+        for (int k = threadIdx.x; k < cols; k += blockDim.x) o[k] = 0.0f;
+        return;
+    }
+    const uint8_t *row = w + (size_t)id * row_bytes;
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) o[k] = dq_elem(type, row, k);
+}
+
+/* One block per row: out = x * (1 / sqrt(mean(x^2) + eps)) * g. */
+KGLOBAL void k_rmsnorm(const float *__restrict__ x, const float *__restrict__ g, int dim, float eps,
+                       float *__restrict__ out) {
+    SMEM float red[32];
+    SMEM float scale_s;
+    const float *xi = x + (size_t)blockIdx.x * dim;
+    float *oi = out + (size_t)blockIdx.x * dim;
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) s += xi[k] * xi[k];
+    s = warp_sum(s);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    sync_block();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++) t += red[i];
+        scale_s = (float)(1.0 / sqrt((double)t / dim + (double)eps));
+    }
+    sync_block();
+    float sc = scale_s;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) oi[k] = fmul_rn(fmul_rn(xi[k], sc), g[k]);
+}
+
+/* One block per row (position pos0 + row): rotates every head. */
+KGLOBAL void k_rope(float *__restrict__ x, int n_heads, int hd, int neox, const float *__restrict__ inv_freq, int pos0) {
+    SMEM float cs[512];
+    SMEM float sn[512];
+    int half = hd / 2;
+    for (int k = threadIdx.x; k < half; k += blockDim.x) {
+        double th = (double)(pos0 + (int)blockIdx.x) * (double)inv_freq[k];
+        cs[k] = (float)cos(th);
+        sn[k] = (float)sin(th);
+    }
+    sync_block();
+    float *xr = x + (size_t)blockIdx.x * n_heads * hd;
+    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+        int h = idx / half, k = idx - h * half;
+        float *v = xr + (size_t)h * hd;
+        int a = neox ? k : 2 * k, b = neox ? k + half : 2 * k + 1;
+        float x0 = v[a], x1 = v[b];
+        v[a] = fsub_rn(fmul_rn(x0, cs[k]), fmul_rn(x1, sn[k]));
+        v[b] = fadd_rn(fmul_rn(x0, sn[k]), fmul_rn(x1, cs[k]));
+    }
+}
+
+template <int KVT>
+KGLOBAL void k_kv_store(const float *__restrict__ k, const float *__restrict__ v, void *kc, void *vc, size_t off,
+                        size_t count) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+        if (KVT == 0) {
+            static_cast<float *>(kc)[off + i] = k[i];
+            static_cast<float *>(vc)[off + i] = v[i];
+        } else {
+            static_cast<uint16_t *>(kc)[off + i] = f2h(k[i]);
+            static_cast<uint16_t *>(vc)[off + i] = f2h(v[i]);
+        }
+    }
+}
+
+template <int KVT> KDEV float kv_at(const void *p, size_t i) {
+    return KVT == 0 ? static_cast<const float *>(p)[i] : h2f(static_cast<const uint16_t *>(p)[i]);
+}
+
+/* Attention for query rows [i0, i0+qt) (i0 = blockIdx.x * qt) of head
+ * blockIdx.y over the positions of split blockIdx.z: [s*split_len,
+ * (s+1)*split_len), causally cut (row i sees positions <= pos0 + i).
+ * Online softmax over tiles of TILE positions (TILE <= 32: lane = position
+ * in the score phase). With one split the result goes to OUT; otherwise the
+ * unnormalised output, the running max and the sum go to PART
+ * [token][head][split][hd + 2] for k_attn_combine.
+ * Shared memory (floats): Q[qt][hd] K[tile][hd+1] V[tile][hd] P[qt][tile]
+ * O[qt][hd] M[qt] L[qt] A[qt]. */
+template <int KVT>
+KGLOBAL void k_attn(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc, int kv_dim,
+                    int n, int pos0, int n_heads, int group, int hd, int qt, int tile, int split_len, int nsplit,
+                    float scale, float *__restrict__ out, float *__restrict__ part) {
+    DYN_SMEM(float, sm);
+    int h = blockIdx.y, s = blockIdx.z, i0 = blockIdx.x * qt;
+    int tid = threadIdx.x, nthr = blockDim.x, warp = tid >> 5, lane = tid & 31, nwarps = nthr >> 5;
+    int nq = n - i0 < qt ? n - i0 : qt;
+    size_t kvoff = (size_t)(h / group) * hd;
+    int pmax = pos0 + i0 + nq - 1;
+    int pbeg = s * split_len, pend = pbeg + split_len < pmax + 1 ? pbeg + split_len : pmax + 1;
+    float *Q = sm, *K = Q + qt * hd, *V = K + tile * (hd + 1), *P = V + tile * hd, *O = P + qt * tile;
+    float *M = O + qt * hd, *L = M + qt, *A = L + qt;
+    for (int idx = tid; idx < nq * hd; idx += nthr) {
+        int r = idx / hd, d = idx - r * hd;
+        Q[idx] = q[((size_t)(i0 + r) * n_heads + h) * hd + d];
+    }
+    for (int idx = tid; idx < qt * hd; idx += nthr) O[idx] = 0.0f;
+    for (int r = tid; r < qt; r += nthr) {
+        M[r] = -INFINITY;
+        L[r] = 0.0f;
+        A[r] = 1.0f;
+    }
+    sync_block();
+    for (int t0 = pbeg; t0 < pend; t0 += tile) {
+        int nt = pend - t0 < tile ? pend - t0 : tile;
+        for (int idx = tid; idx < nt * hd; idx += nthr) {
+            int t = idx / hd, d = idx - t * hd;
+            size_t g = (size_t)(t0 + t) * kv_dim + kvoff + d;
+            K[t * (hd + 1) + d] = kv_at<KVT>(kc, g);
+            V[t * hd + d] = kv_at<KVT>(vc, g);
+        }
+        sync_block();
+        for (int r = warp; r < nq; r += nwarps) { /* warp-uniform */
+            int pq = pos0 + i0 + r;
+            float sc = -INFINITY;
+            if (lane < nt && t0 + lane <= pq) {
+                const float *qr = Q + r * hd, *kr = K + lane * (hd + 1);
+                float dot = 0.0f;
+                for (int d = 0; d < hd; d++) dot += qr[d] * kr[d];
+                sc = dot * scale;
+            }
+            float mold = M[r];
+            float mnew = fmaxf(mold, warp_max(sc));
+            float p = mnew == -INFINITY ? 0.0f : expf(sc - mnew);
+            float alpha = mnew == -INFINITY ? 1.0f : expf(mold - mnew);
+            float psum = warp_sum(p);
+            if (lane < tile) P[r * tile + lane] = p;
+            if (lane == 0) {
+                M[r] = mnew;
+                L[r] = L[r] * alpha + psum;
+                A[r] = alpha;
+            }
+        }
+        sync_block();
+        for (int idx = tid; idx < nq * hd; idx += nthr) {
+            int r = idx / hd, d = idx - r * hd;
+            float acc = O[idx] * A[r];
+            const float *pr = P + r * tile;
+            for (int t = 0; t < nt; t++) acc += pr[t] * V[t * hd + d];
+            O[idx] = acc;
+        }
+        sync_block();
+    }
+    for (int idx = tid; idx < nq * hd; idx += nthr) {
+        int r = idx / hd, d = idx - r * hd;
+        size_t tok = (size_t)(i0 + r);
+        if (nsplit == 1) {
+            out[(tok * n_heads + h) * hd + d] = O[idx] / L[r];
+        } else {
+            float *pp = part + ((tok * n_heads + h) * nsplit + s) * (size_t)(hd + 2);
+            pp[d] = O[idx];
+            if (d == 0) {
+                pp[hd] = M[r];
+                pp[hd + 1] = L[r];
+            }
+        }
+    }
+}
+
+/* Merges the splits of (head blockIdx.x, token blockIdx.y). */
+KGLOBAL void k_attn_combine(const float *__restrict__ part, int nsplit, int n_heads, int hd, float *__restrict__ out) {
+    int h = blockIdx.x;
+    size_t tok = blockIdx.y;
+    const float *p = part + (tok * n_heads + h) * nsplit * (size_t)(hd + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, p[(size_t)s * (hd + 2) + hd]);
+    float l = 0.0f;
+    for (int s = 0; s < nsplit; s++) {
+        float m = p[(size_t)s * (hd + 2) + hd];
+        if (m != -INFINITY) l += expf(m - mx) * p[(size_t)s * (hd + 2) + hd + 1];
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < nsplit; s++) {
+            float m = p[(size_t)s * (hd + 2) + hd];
+            if (m != -INFINITY) acc += expf(m - mx) * p[(size_t)s * (hd + 2) + d];
+        }
+        out[(tok * n_heads + h) * hd + d] = acc / l;
+    }
+}
+
+KGLOBAL void k_swiglu(float *__restrict__ g, const float *__restrict__ u, size_t count) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+        float a = g[i];
+        g[i] = fmul_rn(a / fadd_rn(1.0f, expf(-a)), u[i]);
+    }
+}
+
+KGLOBAL void k_add(float *__restrict__ x, const float *__restrict__ y, size_t count) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) x[i] = fadd_rn(x[i], y[i]);
+}
+
+KGLOBAL void k_add_bias(float *__restrict__ x, const float *__restrict__ b, int cols, size_t count) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
+        x[i] = fadd_rn(x[i], b[i % (size_t)cols]);
+}
+
+#ifndef ILPD_CUDA_EMU
+KGLOBAL void k_read(const uint4 *__restrict__ p, size_t count, unsigned *sink) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+        uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc; /* never in practice: keeps the loads */
+}
+#endif
+
+/* ======================================================================
+ * The runtime: real CUDA, or the emulation
+ * ====================================================================== */
+
+struct cu_buf {
+    void *p;
+    size_t cap;
+};
+
+struct cu_impl {
+    int dev;
+    int sm_count;
+    size_t smem_optin;
+    char dev_name[256];
+#ifndef ILPD_CUDA_EMU
+    cudaStream_t stream;
+    cublasHandle_t blas;
+#endif
+    unsigned long long launches;
+    int gemm_min_n, ref, debug, failed;
+    size_t mem_used, mem_limit; /* emulation: "device" bytes in use and the budget (0: none) */
+    char label[300];            /* kb->name: "cuda:0 (NVIDIA H200)" */
+    cu_buf act, x16, w16, part, ids;
+    float *inv_dev;
+    float inv_host[512];
+    int inv_n;
+};
+
+static cu_impl *impl_of(kb_backend *kb) { return static_cast<cu_impl *>(kb->impl); }
+
+/* Logs the first failure of an operation (the operations return nothing;
+ * allocation failures are reported by alloc/reserve/weight_upload instead). */
+static void report(cu_impl *c, const char *what, const char *msg) {
+    if (c->failed++) return;
+    log_msg(LOG_ERROR, "cuda", "%s backend: %s failed: %s", KB_NAME, what, msg);
+}
+
+#ifndef ILPD_CUDA_EMU
+
+static void ensure_dev(cu_impl *c) {
+    static thread_local int cur = -1;
+    if (cur != c->dev) {
+        cudaSetDevice(c->dev);
+        cur = c->dev;
+    }
+}
+
+static void *rt_malloc(cu_impl *c, size_t bytes) {
+    ensure_dev(c);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it */
+        return NULL;
+    }
+    return p;
+}
+
+static void rt_free(cu_impl *c, void *p) {
+    if (!p) return;
+    ensure_dev(c);
+    cudaFree(p);
+}
+
+static int rt_sync(cu_impl *c) {
+    ensure_dev(c);
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        report(c, "synchronize", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+enum { H2D, D2H, D2D };
+static int rt_copy(cu_impl *c, void *dst, const void *src, size_t bytes, int kind) {
+    ensure_dev(c);
+    cudaMemcpyKind k = kind == H2D ? cudaMemcpyHostToDevice : kind == D2H ? cudaMemcpyDeviceToHost
+                                                                          : cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, c->stream);
+    if (e != cudaSuccess) {
+        report(c, "copy", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+static void rt_after(cu_impl *c, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && c->debug) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) report(c, what, cudaGetErrorString(e));
+}
+
+template <typename... P, typename... A>
+static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
+    __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED);
+    k<<<g, b, smem, c->stream>>>(a...);
+    rt_after(c, what);
+}
+
+static const char *blas_str(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "error";
+    }
+}
+
+/* C[m x n] (column-major, ldc) = A^T B with A stored k x m (lda), B k x n (ldb). */
+static int blas_sgemm(cu_impl *c, int m, int n, int k, const float *a, int lda, const float *b, int ldb, float *cc,
+                      int ldc) {
+    const float one = 1.0f, zero = 0.0f;
+    __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED);
+    cublasStatus_t s = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, a, lda, b, ldb, &zero, cc, ldc);
+    if (s != CUBLAS_STATUS_SUCCESS) return -1;
+    rt_after(c, "cublasSgemm");
+    return 0;
+}
+
+static int blas_hgemm(cu_impl *c, int m, int n, int k, const uint16_t *a, int lda, const uint16_t *b, int ldb,
+                      float *cc, int ldc) {
+    const float one = 1.0f, zero = 0.0f;
+    __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED);
+    cublasStatus_t s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_16F, lda, b,
+                                    CUDA_R_16F, ldb, &zero, cc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        static int warned;
+        if (!warned++) fprintf(stderr, "ilpd: cuda backend: cublasGemmEx: %s; using the own kernels\n", blas_str(s));
+        return -1;
+    }
+    rt_after(c, "cublasGemmEx");
+    return 0;
+}
+
+#else /* ---- emulation ---- */
+
+/* "Device memory" is host memory with a budget per backend
+ * (ILPD_CUDA_EMU_MEM bytes at creation; 0: none) so that the tests can run
+ * out of it. Blocks carry their size in a 64-byte header. Returns NULL when
+ * over the budget or out of host memory. */
+static void *rt_malloc(cu_impl *c, size_t bytes) {
+    if (bytes > ((size_t)1 << 40) || (c->mem_limit && c->mem_used + bytes > c->mem_limit)) return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, 64 + (bytes ? bytes : 1))) return NULL;
+    memcpy(p, &bytes, sizeof bytes);
+    c->mem_used += bytes;
+    return static_cast<unsigned char *>(p) + 64;
+}
+
+static void rt_free(cu_impl *c, void *p) {
+    if (!p) return;
+    unsigned char *b = static_cast<unsigned char *>(p) - 64;
+    size_t bytes;
+    memcpy(&bytes, b, sizeof bytes);
+    c->mem_used -= bytes;
+    free(b);
+}
+
+static int rt_sync(cu_impl *c) {
+    (void)c;
+    return 0;
+}
+
+enum { H2D, D2H, D2D };
+static int rt_copy(cu_impl *c, void *dst, const void *src, size_t bytes, int kind) {
+    (void)c;
+    (void)kind;
+    if (bytes) memcpy(dst, src, bytes);
+    return 0;
+}
+
+template <typename... P, typename... A>
+static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
+    (void)what;
+    if (g.x == 0 || g.y == 0 || g.z == 0) {
+        fprintf(stderr, "cuda-emu: %s: empty grid\n", what);
+        abort();
+    }
+    if (smem > c->smem_optin) {
+        fprintf(stderr, "cuda-emu: %s: %zu bytes of shared memory, over the %zu allowed\n", what, smem, c->smem_optin);
+        abort();
+    }
+    c->launches++;
+    emu_launch(k, g, b, smem, a...);
+}
+
+static int blas_sgemm(cu_impl *c, int m, int n, int k, const float *a, int lda, const float *b, int ldb, float *cc,
+                      int ldc) {
+    c->launches++;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float s = 0.0f;
+            for (int l = 0; l < k; l++) s += a[(size_t)i * lda + l] * b[(size_t)j * ldb + l];
+            cc[(size_t)j * ldc + i] = s;
+        }
+    return 0;
+}
+
+static int blas_hgemm(cu_impl *c, int m, int n, int k, const uint16_t *a, int lda, const uint16_t *b, int ldb,
+                      float *cc, int ldc) {
+    c->launches++;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float s = 0.0f;
+            for (int l = 0; l < k; l++) s += h2f(a[(size_t)i * lda + l]) * h2f(b[(size_t)j * ldb + l]);
+            cc[(size_t)j * ldc + i] = s;
+        }
+    return 0;
+}
+
+#endif
+
+/* Grows BUF to at least BYTES (by half again at least, so that a slowly
+ * growing need reallocates rarely: cudaMalloc synchronises); the old
+ * contents are not kept. 0 or -1 (out of memory: the old buffer stays). */
+static int buf_grow(cu_impl *c, cu_buf *b, size_t bytes) {
+    if (b->cap >= bytes) return 0;
+    size_t want = b->cap && bytes < b->cap + b->cap / 2 ? b->cap + b->cap / 2 : bytes;
+    void *p = rt_malloc(c, want);
+    if (!p && want > bytes) p = rt_malloc(c, want = bytes);
+    if (!p) return -1;
+    if (b->p) {
+        rt_sync(c); /* kernels in flight may still use the old one */
+        rt_free(c, b->p);
+    }
+    b->p = p;
+    b->cap = want;
+    return 0;
+}
+
+static unsigned grid_for(cu_impl *c, size_t count, int threads) {
+    size_t g = (count + threads - 1) / threads, cap = (size_t)c->sm_count * 32;
+    if (g > cap) g = cap;
+    return g ? (unsigned)g : 1u;
+}
+
+/* ======================================================================
+ * The backend operations
+ * ====================================================================== */
+
+static void *cu_alloc(kb_backend *kb, size_t bytes) { return rt_malloc(impl_of(kb), (bytes + 255) / 256 * 256); }
+
+static void cu_free(kb_backend *kb, void *p) { rt_free(impl_of(kb), p); }
+
+static void cu_to_host(kb_backend *kb, void *dst, const void *src, size_t bytes) {
+    cu_impl *c = impl_of(kb);
+    if (!bytes) return;
+    if (rt_copy(c, dst, src, bytes, D2H) == 0) rt_sync(c);
+}
+
+static void cu_to_backend(kb_backend *kb, void *dst, const void *src, size_t bytes) {
+    cu_impl *c = impl_of(kb);
+    if (!bytes) return;
+    if (rt_copy(c, dst, src, bytes, H2D) == 0) rt_sync(c);
+}
+
+/* Bytes of the quantised activation of N rows of COLS (three 256-aligned parts). */
+static size_t act_bytes(size_t n, size_t cols) {
+    size_t nb = cols / 32;
+    return (n * cols + 255) / 256 * 256 + 2 * ((n * nb * 4 + 255) / 256 * 256);
+}
+
+static int cu_reserve(kb_backend *kb, int max_width, int n_ctx) {
+    cu_impl *c = impl_of(kb);
+    (void)n_ctx;
+    size_t w = (size_t)(max_width > 32 ? max_width : 32);
+    /* the int8 activation: 64 rows (the engine's prompt chunk), at least one */
+    if (buf_grow(c, &c->act, act_bytes(64, w)) && buf_grow(c, &c->act, act_bytes(1, w))) return -1;
+    /* cuBLAS inputs: optional (without them the own kernels run) */
+    buf_grow(c, &c->x16, 64 * w * 2);
+    if (!c->w16.p && buf_grow(c, &c->w16, W16_TILE_BYTES)) buf_grow(c, &c->w16, W16_TILE_BYTES / 8);
+    return 0;
+}
+
+static int cu_weight_upload(kb_backend *kb, kb_weight *w) {
+    cu_impl *c = impl_of(kb);
+    if (w->dev) return 0; /* already ours */
+    size_t bytes = w->nbytes ? w->nbytes : (size_t)w->rows * ggml_row_bytes(w->type, (uint64_t)w->cols);
+    void *p = rt_malloc(c, bytes);
+    if (!p) return -1;
+    if (rt_copy(c, p, w->host, bytes, H2D) || rt_sync(c)) {
+        rt_free(c, p);
+        return -1;
+    }
+    w->dev = p;
+    return 0;
+}
+
+static void cu_weight_release(kb_backend *kb, kb_weight *w) {
+    cu_impl *c = impl_of(kb);
+    if (!w->dev) return;
+    rt_sync(c);
+    rt_free(c, w->dev);
+    w->dev = NULL;
+}
+
+static void cu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int32_t *tokens, int n) {
+    cu_impl *c = impl_of(kb);
+    if (n <= 0) return;
+    if (!emb->dev) return report(c, "embed", "the embedding is not uploaded");
+    size_t rb = ggml_row_bytes(emb->type, (uint64_t)emb->cols);
+    if (buf_grow(c, &c->ids, (size_t)n * 4) && buf_grow(c, &c->ids, 256 * 4))
+        return report(c, "embed", "out of device memory for the token ids");
+    int cap = (int)(c->ids.cap / 4);
+    for (int i0 = 0; i0 < n; i0 += cap) {
+        int m = n - i0 < cap ? n - i0 : cap;
+        if (rt_copy(c, c->ids.p, tokens + i0, (size_t)m * 4, H2D)) return;
+        launch(c, "embed", k_embed, dim3((unsigned)m), dim3(EW_THREADS), 0, (int)emb->type,
+               static_cast<const uint8_t *>(emb->dev), rb, emb->rows, emb->cols,
+               static_cast<const int32_t *>(c->ids.p), out + (size_t)i0 * emb->cols);
+        if (m < n - i0) rt_sync(c); /* the ids buffer is reused */
+    }
+}
+
+static void cu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps) {
+    cu_impl *c = impl_of(kb);
+    if (n <= 0) return;
+    int threads = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 32 * ((dim + 31) / 32);
+    launch(c, "rmsnorm", k_rmsnorm, dim3((unsigned)n), dim3((unsigned)threads), 0, x,
+           static_cast<const float *>(w->dev), dim, eps, out);
+}
+
+template <int T>
+static void mv_quant_launch(cu_impl *c, const kb_weight *w, size_t rb, const int8_t *aq, const float *ad,
+                            const float *ads, int n, float *out) {
+    dim3 grid((unsigned)((w->rows + MV_THREADS / 32 - 1) / (MV_THREADS / 32)));
+    const uint8_t *wd = static_cast<const uint8_t *>(w->dev);
+    if (n == 1)
+        launch(c, "matvec", k_mv_quant<T, 1>, grid, dim3(MV_THREADS), 0, wd, rb, w->rows, w->cols, aq, ad, ads, n,
+               out, w->rows);
+    else
+        launch(c, "matvec", k_mv_quant<T, MV_NT>, grid, dim3(MV_THREADS), 0, wd, rb, w->rows, w->cols, aq, ad, ads,
+               n, out, w->rows);
+}
+
+template <int T>
+static void mv_float_launch(cu_impl *c, const kb_weight *w, const float *x, int n, float *out) {
+    dim3 grid((unsigned)((w->rows + MV_THREADS / 32 - 1) / (MV_THREADS / 32)));
+    int vec = (T == WT_F32 ? w->cols % 4 == 0 : w->cols % 8 == 0) && ((uintptr_t)x & 15) == 0 &&
+              ((uintptr_t)w->dev & 15) == 0;
+    if (vec && n == 1)
+        launch(c, "matvec", k_mv_float<T, 1, true>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n, out,
+               w->rows);
+    else if (vec)
+        launch(c, "matvec", k_mv_float<T, MV_NT, true>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n,
+               out, w->rows);
+    else if (n == 1)
+        launch(c, "matvec", k_mv_float<T, 1, false>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n, out,
+               w->rows);
+    else
+        launch(c, "matvec", k_mv_float<T, MV_NT, false>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n,
+               out, w->rows);
+}
+
+static int is_quant(ggml_type t) {
+    return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
+}
+
+/* The cuBLAS path; 0, or -1 when it cannot run (the caller falls back). */
+static int matmul_gemm(cu_impl *c, float *out, const kb_weight *w, const float *x, int n, size_t rb) {
+    int rows = w->rows, cols = w->cols;
+    if (w->type == GGML_TYPE_F32)
+        return blas_sgemm(c, rows, n, cols, static_cast<const float *>(w->dev), cols, x, cols, out, rows);
+    size_t xe = (size_t)n * cols;
+    if (buf_grow(c, &c->x16, xe * 2)) return -1;
+    if (w->type != GGML_TYPE_F16 && c->w16.cap < (size_t)cols * 2) return -1;
+    uint16_t *x16 = static_cast<uint16_t *>(c->x16.p);
+    launch(c, "to_f16", k_f32_to_f16, dim3(grid_for(c, xe, EW_THREADS)), dim3(EW_THREADS), 0, x, xe, x16);
+    if (w->type == GGML_TYPE_F16)
+        return blas_hgemm(c, rows, n, cols, static_cast<const uint16_t *>(w->dev), cols, x16, cols, out, rows);
+    int tile = (int)(c->w16.cap / ((size_t)cols * 2));
+    if (tile > rows) tile = rows;
+    uint16_t *w16 = static_cast<uint16_t *>(c->w16.p);
+    for (int r0 = 0; r0 < rows; r0 += tile) {
+        int tr = rows - r0 < tile ? rows - r0 : tile;
+        size_t cnt = (size_t)tr * cols;
+        const uint8_t *src = static_cast<const uint8_t *>(w->dev) + (size_t)r0 * rb;
+        dim3 g(grid_for(c, cnt, EW_THREADS)), b(EW_THREADS);
+        switch (w->type) {
+        case GGML_TYPE_BF16: launch(c, "dequant", k_dequant_f16<WT_BF16>, g, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q8_0: launch(c, "dequant", k_dequant_f16<WT_Q8_0>, g, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q4_0: launch(c, "dequant", k_dequant_f16<WT_Q4_0>, g, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q4_K: launch(c, "dequant", k_dequant_f16<WT_Q4_K>, g, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q6_K: launch(c, "dequant", k_dequant_f16<WT_Q6_K>, g, b, 0, src, rb, cols, cnt, w16); break;
+        default: return -1;
+        }
+        if (blas_hgemm(c, tr, n, cols, w16, cols, x16, cols, out + r0, rows)) return -1;
+    }
+    return 0;
+}
+
+static void matmul_ref(cu_impl *c, float *out, const kb_weight *w, const float *x, int n, size_t rb) {
+    dim3 grid((unsigned)((w->rows + MV_THREADS / 32 - 1) / (MV_THREADS / 32)));
+    launch(c, "matvec_ref", k_mv_ref, grid, dim3(MV_THREADS), 0, (int)w->type, static_cast<const uint8_t *>(w->dev),
+           rb, w->rows, w->cols, x, n, out, w->rows);
+}
+
+static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n) {
+    cu_impl *c = impl_of(kb);
+    if (n <= 0) return;
+    if (!w->dev) return report(c, "matmul", "the weight is not uploaded");
+    size_t rb = ggml_row_bytes(w->type, (uint64_t)w->cols);
+    if (c->ref) return matmul_ref(c, out, w, x, n, rb);
+    if (c->gemm_min_n > 0 && n >= c->gemm_min_n && matmul_gemm(c, out, w, x, n, rb) == 0) return;
+    int cols = w->cols;
+    if (is_quant(w->type)) {
+        size_t per = act_bytes(1, (size_t)cols);
+        if (c->act.cap < act_bytes((size_t)n, (size_t)cols)) buf_grow(c, &c->act, act_bytes((size_t)n, (size_t)cols));
+        int cap = 0;
+        while (cap < n && act_bytes((size_t)cap + 1, (size_t)cols) <= c->act.cap) cap++;
+        if (cap < 1 || c->act.cap < per) return matmul_ref(c, out, w, x, n, rb);
+        for (int t0 = 0; t0 < n; t0 += cap) {
+            int nt = n - t0 < cap ? n - t0 : cap;
+            size_t nb = (size_t)nt * (cols / 32);
+            uint8_t *base = static_cast<uint8_t *>(c->act.p);
+            int8_t *aq = reinterpret_cast<int8_t *>(base);
+            float *ad = reinterpret_cast<float *>(base + ((size_t)nt * cols + 255) / 256 * 256);
+            float *ads = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(ad) + (nb * 4 + 255) / 256 * 256);
+            launch(c, "quantize", k_quant_act, dim3((unsigned)((nb + MV_THREADS / 32 - 1) / (MV_THREADS / 32))),
+                   dim3(MV_THREADS), 0, x + (size_t)t0 * cols, (int)nb, aq, ad, ads);
+            for (int s0 = 0; s0 < nt; s0 += MV_NT) {
+                int m = nt - s0 < MV_NT ? nt - s0 : MV_NT;
+                const int8_t *q = aq + (size_t)s0 * cols;
+                const float *d = ad + (size_t)s0 * (cols / 32), *ds = ads + (size_t)s0 * (cols / 32);
+                float *o = out + (size_t)(t0 + s0) * w->rows;
+                switch (w->type) {
+                case GGML_TYPE_Q8_0: mv_quant_launch<WT_Q8_0>(c, w, rb, q, d, ds, m, o); break;
+                case GGML_TYPE_Q4_0: mv_quant_launch<WT_Q4_0>(c, w, rb, q, d, ds, m, o); break;
+                case GGML_TYPE_Q4_K: mv_quant_launch<WT_Q4_K>(c, w, rb, q, d, ds, m, o); break;
+                default: mv_quant_launch<WT_Q6_K>(c, w, rb, q, d, ds, m, o); break;
+                }
+            }
+            if (t0 + nt < n) rt_sync(c); /* the activation buffer is reused */
+        }
+        return;
+    }
+    for (int s0 = 0; s0 < n; s0 += MV_NT) {
+        int m = n - s0 < MV_NT ? n - s0 : MV_NT;
+        const float *xs = x + (size_t)s0 * cols;
+        float *o = out + (size_t)s0 * w->rows;
+        switch (w->type) {
+        case GGML_TYPE_F32: mv_float_launch<WT_F32>(c, w, xs, m, o); break;
+        case GGML_TYPE_F16: mv_float_launch<WT_F16>(c, w, xs, m, o); break;
+        case GGML_TYPE_BF16: mv_float_launch<WT_BF16>(c, w, xs, m, o); break;
+        default: return report(c, "matmul", "unsupported weight type");
+        }
+    }
+}
+
+static void cu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
+    cu_impl *c = impl_of(kb);
+    size_t cnt = (size_t)n * b->cols;
+    if (!cnt) return;
+    launch(c, "add_bias", k_add_bias, dim3(grid_for(c, cnt, EW_THREADS)), dim3(EW_THREADS), 0, x,
+           static_cast<const float *>(b->dev), b->cols, cnt);
+}
+
+static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
+    cu_impl *c = impl_of(kb);
+    int half = s->head_dim / 2;
+    if (n <= 0) return;
+    if (half > 512) return report(c, "rope", "head size over 1024");
+    if (c->inv_n != half || memcmp(c->inv_host, s->inv_freq, (size_t)half * sizeof(float))) {
+        memcpy(c->inv_host, s->inv_freq, (size_t)half * sizeof(float));
+        c->inv_n = half;
+        if (rt_copy(c, c->inv_dev, c->inv_host, (size_t)half * sizeof(float), H2D) || rt_sync(c)) {
+            c->inv_n = 0;
+            return;
+        }
+    }
+    int threads = n_heads * half >= 256 ? 256 : 32 * ((n_heads * half + 31) / 32);
+    launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, s->neox,
+           (const float *)c->inv_dev, pos0);
+}
+
+static size_t attn_smem(int qt, int tile, int hd) {
+    return sizeof(float) * ((size_t)qt * hd * 2 + (size_t)tile * (hd + 1) + (size_t)tile * hd + (size_t)qt * tile +
+                            3 * (size_t)qt);
+}
+
+static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
+                         int n, int pos0, const kb_attn_shape *s) {
+    cu_impl *c = impl_of(kb);
+    if (n <= 0) return;
+    int f16 = cache->type == KB_KV_F16;
+    size_t cnt = (size_t)n * cache->kv_dim, off = (size_t)pos0 * cache->kv_dim;
+    dim3 g(grid_for(c, cnt, EW_THREADS)), b(EW_THREADS);
+    if (f16)
+        launch(c, "kv_store", k_kv_store<1>, g, b, 0, k, v, cache->k, cache->v, off, cnt);
+    else
+        launch(c, "kv_store", k_kv_store<0>, g, b, 0, k, v, cache->k, cache->v, off, cnt);
+
+    int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads;
+    int tile = ATT_TILE;
+    while (tile > 1 && attn_smem(1, tile, hd) > c->smem_optin) tile /= 2;
+    if (attn_smem(1, tile, hd) > c->smem_optin) return report(c, "attention", "head size too large for shared memory");
+    int qt = n < ATT_QT ? n : ATT_QT;
+    while (qt > 1 && attn_smem(qt, tile, hd) > 48 * 1024) qt /= 2;
+    int qtiles = (n + qt - 1) / qt, npos = pos0 + n;
+    int nsplit = 1, split_len = npos;
+    int blocks = qtiles * heads, want = 2 * c->sm_count;
+    if (blocks < want && npos > 2 * tile) {
+        nsplit = (want + blocks - 1) / blocks;
+        int most = (npos + 2 * tile - 1) / (2 * tile);
+        if (nsplit > most) nsplit = most;
+        if (nsplit > 64) nsplit = 64;
+        split_len = (npos + nsplit - 1) / nsplit;
+        split_len = (split_len + tile - 1) / tile * tile;
+        nsplit = (npos + split_len - 1) / split_len;
+        size_t need = (size_t)n * heads * nsplit * (hd + 2) * sizeof(float);
+        if (nsplit > 1 && buf_grow(c, &c->part, need)) nsplit = 1;
+        if (nsplit <= 1) {
+            nsplit = 1;
+            split_len = npos;
+        }
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
+    size_t smem = attn_smem(qt, tile, hd);
+    float *part = static_cast<float *>(c->part.p);
+    if (f16)
+        launch(c, "attention", k_attn<1>, ag, ab, smem, q, (const void *)cache->k, (const void *)cache->v,
+               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, out, part);
+    else
+        launch(c, "attention", k_attn<0>, ag, ab, smem, q, (const void *)cache->k, (const void *)cache->v,
+               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, out, part);
+    if (nsplit > 1)
+        launch(c, "attention_combine", k_attn_combine, dim3((unsigned)heads, (unsigned)n),
+               dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, nsplit, heads, hd, out);
+}
+
+static void cu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) {
+    cu_impl *c = impl_of(kb);
+    if (!n) return;
+    launch(c, "swiglu", k_swiglu, dim3(grid_for(c, n, EW_THREADS)), dim3(EW_THREADS), 0, gate, up, n);
+}
+
+static void cu_add(kb_backend *kb, float *x, const float *y, size_t n) {
+    cu_impl *c = impl_of(kb);
+    if (!n) return;
+    launch(c, "add", k_add, dim3(grid_for(c, n, EW_THREADS)), dim3(EW_THREADS), 0, x, y, n);
+}
+
+static void cu_sync(kb_backend *kb) { rt_sync(impl_of(kb)); }
+
+static uint64_t cu_launches(kb_backend *kb) { return __atomic_load_n(&impl_of(kb)->launches, __ATOMIC_RELAXED); }
+
+static void cu_destroy(kb_backend *kb) {
+    if (!kb) return;
+    cu_impl *c = impl_of(kb);
+    if (c) {
+        rt_sync(c);
+        cu_buf *bufs[] = {&c->act, &c->x16, &c->w16, &c->part, &c->ids};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rt_free(c, bufs[i]->p);
+        rt_free(c, c->inv_dev);
+#ifndef ILPD_CUDA_EMU
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->stream) cudaStreamDestroy(c->stream);
+#endif
+        free(c);
+    }
+    free(kb);
+}
+
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : def;
+}
+
+static kb_backend *create(int dev, char *err, size_t errlen) {
+    cu_impl *c = static_cast<cu_impl *>(calloc(1, sizeof(cu_impl)));
+    kb_backend *kb = static_cast<kb_backend *>(calloc(1, sizeof(kb_backend)));
+    if (!c || !kb) {
+        free(c);
+        free(kb);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    kb->impl = c;
+    c->dev = dev;
+#ifndef ILPD_CUDA_EMU
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= 0) {
+        if (e != cudaSuccess)
+            snprintf(err, errlen, "no usable CUDA device (%s)", cudaGetErrorString(e));
+        else
+            snprintf(err, errlen, "no CUDA device found");
+        cudaGetLastError();
+        free(c);
+        free(kb);
+        return NULL;
+    }
+    if (dev < 0 || dev >= count) {
+        snprintf(err, errlen, "CUDA device %d does not exist (%d found)", dev, count);
+        free(c);
+        free(kb);
+        return NULL;
+    }
+    cudaDeviceProp p;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess) {
+        snprintf(err, errlen, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+        cudaGetLastError();
+        free(c);
+        free(kb);
+        return NULL;
+    }
+    if (p.major < 8) {
+        snprintf(err, errlen, "CUDA device %d (%s) has compute capability %d.%d; this build needs 8.0 or newer", dev,
+                 p.name, p.major, p.minor);
+        free(c);
+        free(kb);
+        return NULL;
+    }
+    snprintf(c->dev_name, sizeof c->dev_name, "%s", p.name);
+    snprintf(c->label, sizeof c->label, "cuda:%d (%s)", dev, p.name);
+    c->sm_count = p.multiProcessorCount;
+    c->smem_optin = p.sharedMemPerBlockOptin;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(err, errlen, "CUDA device %d: cannot create a stream: %s", dev, cudaGetErrorString(e));
+        cudaGetLastError();
+        free(c);
+        free(kb);
+        return NULL;
+    }
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cuBLAS on CUDA device %d: %s", dev, blas_str(bs));
+        c->blas = NULL;
+        cu_destroy(kb);
+        return NULL;
+    }
+    cublasSetStream(c->blas, c->stream);
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* FP32 SGEMM stays FP32 (no TF32) */
+    cudaFuncSetAttribute((const void *)k_attn<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin);
+    cudaFuncSetAttribute((const void *)k_attn<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin);
+    cudaGetLastError();
+#else
+    (void)err;
+    (void)errlen;
+    snprintf(c->dev_name, sizeof c->dev_name, "emulated GPU");
+    snprintf(c->label, sizeof c->label, "%s", KB_NAME);
+    c->sm_count = env_int("ILPD_CUDA_EMU_SMS", 4);
+    c->smem_optin = (size_t)env_int("ILPD_CUDA_EMU_SMEM", 100 * 1024);
+    const char *lim = getenv("ILPD_CUDA_EMU_MEM");
+    c->mem_limit = lim && *lim ? (size_t)strtoull(lim, NULL, 10) : 0;
+#endif
+    c->gemm_min_n = env_int("ILPD_CUDA_GEMM_MIN_N", 9);
+    c->ref = env_int("ILPD_CUDA_REF", 0);
+    c->debug = env_int("ILPD_CUDA_DEBUG", 0);
+    c->inv_dev = static_cast<float *>(rt_malloc(c, 512 * sizeof(float)));
+    if (!c->inv_dev) {
+        snprintf(err, errlen, "CUDA device %d: out of memory", dev);
+        cu_destroy(kb);
+        return NULL;
+    }
+    kb->name = c->label;
+    kb->alloc = cu_alloc;
+    kb->free = cu_free;
+    kb->to_host = cu_to_host;
+    kb->to_backend = cu_to_backend;
+    kb->reserve = cu_reserve;
+    kb->weight_upload = cu_weight_upload;
+    kb->weight_release = cu_weight_release;
+    kb->embed = cu_embed;
+    kb->rmsnorm = cu_rmsnorm;
+    kb->matmul = cu_matmul;
+    kb->add_bias = cu_add_bias;
+    kb->rope = cu_rope;
+    kb->attention = cu_attention;
+    kb->swiglu = cu_swiglu;
+    kb->add = cu_add;
+    kb->sync = cu_sync;
+    kb->launches = cu_launches;
+    kb->destroy = cu_destroy;
+    return kb;
+}
+
+/* ======================================================================
+ * Host self-test of the weight decoding and the int8 dot products
+ * ====================================================================== */
+
+static uint32_t st_rng = 12345;
+static uint32_t st_next() {
+    st_rng ^= st_rng << 13;
+    st_rng ^= st_rng >> 17;
+    st_rng ^= st_rng << 5;
+    return st_rng;
+}
+static float st_unif() { return (float)(st_next() >> 8) / 16777216.0f * 2.0f - 1.0f; }
+
+/* Random bytes for every quant, sane F16 scales. */
+static void st_fill(int t, uint8_t *buf, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)st_next();
+    uint16_t h;
+    switch (t) {
+    case WT_F32:
+        for (size_t i = 0; i + 4 <= bytes; i += 4) {
+            float f = st_unif();
+            memcpy(buf + i, &f, 4);
+        }
+        break;
+    case WT_F16:
+        for (size_t i = 0; i + 2 <= bytes; i += 2) {
+            h = f2h(st_unif());
+            memcpy(buf + i, &h, 2);
+        }
+        break;
+    case WT_BF16:
+        for (size_t i = 0; i + 2 <= bytes; i += 2) {
+            float f = st_unif();
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            h = (uint16_t)(u >> 16);
+            memcpy(buf + i, &h, 2);
+        }
+        break;
+    case WT_Q8_0:
+    case WT_Q4_0: {
+        size_t bb = t == WT_Q8_0 ? 34 : 18;
+        for (size_t i = 0; i + bb <= bytes; i += bb) {
+            h = f2h(0.01f + 0.02f * (st_unif() + 1.0f));
+            memcpy(buf + i, &h, 2);
+        }
+        break;
+    }
+    case WT_Q4_K:
+        for (size_t i = 0; i + 144 <= bytes; i += 144) {
+            h = f2h(0.001f + 0.01f * (st_unif() + 1.0f));
+            memcpy(buf + i, &h, 2);
+            h = f2h(0.001f + 0.01f * (st_unif() + 1.0f));
+            memcpy(buf + i + 2, &h, 2);
+        }
+        break;
+    case WT_Q6_K:
+        for (size_t i = 0; i + 210 <= bytes; i += 210) {
+            h = f2h(0.001f + 0.01f * (st_unif() + 1.0f));
+            memcpy(buf + i + 208, &h, 2);
+        }
+        break;
+    }
+}
+
+template <int T>
+static double st_lane_dot(const uint8_t *row, int cols, const int8_t *aq, const float *ad, const float *ads) {
+    typedef wtraits<T> W;
+    int items = (cols / W::QK) * W::PARTS;
+    double total = 0;
+    for (int lane = 0; lane < 32; lane++) { /* as the lanes of k_mv_quant */
+        float acc = 0.0f;
+        for (int it = lane; it < items; it += 32) {
+            int b = it / W::PARTS, p = it % W::PARTS;
+            acc += vdot<T>(row + (size_t)b * W::BYTES, aq + (size_t)b * W::QK, ad + b * (W::QK / 32),
+                           ads + b * (W::QK / 32), p);
+        }
+        total += acc;
+    }
+    return total;
+}
+
+/* The CPU backend's activation quantisation (kernels/cpu: blocks of 32,
+ * d = amax / 127, q = nearbyint(x / d), ds = d * sum(q)), for the check of
+ * the int8 dot products. */
+static void st_quant_act(const float *x, int cols, int8_t *qs, float *d, float *ds) {
+    for (int b = 0; b < cols / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int q = (int)nearbyintf(x[32 * b + i] * id);
+            qs[32 * b + i] = (int8_t)q;
+            sum += q;
+        }
+        d[b] = db;
+        ds[b] = db * (float)sum;
+    }
+}
+
+static int st_fail(char *err, size_t errlen, int fails, const char *fmt, ...) {
+    if (!fails) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return fails + 1;
+}
+
+static int selftest(char *err, size_t errlen) {
+    static const int types[] = {WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q4_K, WT_Q6_K};
+    int fails = 0;
+    if (err && errlen) err[0] = 0;
+    /* F16 round trips */
+    for (uint32_t hbits = 0; hbits < 65536; hbits++) {
+        uint16_t h = (uint16_t)hbits;
+        float a = h2f(h), b = quant_f16_to_f32(h);
+        if (memcmp(&a, &b, 4)) fails = st_fail(err, errlen, fails, "f16 %04x decodes differently", h);
+    }
+    for (int i = 0; i < 100000; i++) {
+        float f = st_unif() * (i % 3 == 0 ? 1e-5f : i % 3 == 1 ? 1.0f : 7e4f);
+        if (f2h(f) != quant_f32_to_f16(f)) fails = st_fail(err, errlen, fails, "f32 %g encodes differently", f);
+    }
+    const int rows = 3;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        int t = types[ti];
+        int cols = t == WT_Q4_K || t == WT_Q6_K ? 1024 : t == WT_Q8_0 || t == WT_Q4_0 ? 320 : 100;
+        size_t rb = ggml_row_bytes((ggml_type)t, (uint64_t)cols);
+        uint8_t *w = static_cast<uint8_t *>(malloc(rb * rows));
+        float *ref = static_cast<float *>(malloc(sizeof(float) * cols)), *x = static_cast<float *>(malloc(sizeof(float) * cols));
+        int8_t *qs = static_cast<int8_t *>(malloc((size_t)cols));
+        float *d = static_cast<float *>(malloc(sizeof(float) * cols / 32 + 4)),
+              *ds = static_cast<float *>(malloc(sizeof(float) * cols / 32 + 4));
+        if (!w || !ref || !x || !qs || !d || !ds) {
+            fails = st_fail(err, errlen, fails, "out of memory");
+        } else {
+            st_fill(t, w, rb * rows);
+            for (int r = 0; r < rows; r++) {
+                const uint8_t *row = w + rb * r;
+                quant_dequantize_row((ggml_type)t, row, ref, cols);
+                for (int k = 0; k < cols; k++) {
+                    float g = dq_elem(t, row, k);
+                    if (memcmp(&g, &ref[k], 4)) {
+                        fails = st_fail(err, errlen, fails, "%s row %d value %d: %g, the CPU says %g",
+                                        ggml_type_name((ggml_type)t), r, k, g, ref[k]);
+                        break;
+                    }
+                }
+                if (t != WT_Q8_0 && t != WT_Q4_0 && t != WT_Q4_K && t != WT_Q6_K) continue;
+                for (int k = 0; k < cols; k++) x[k] = st_unif() * (k % 7 == 0 ? 3.0f : 1.0f);
+                st_quant_act(x, cols, qs, d, ds);
+                double want = 0, mag = 0;
+                for (int k = 0; k < cols; k++) {
+                    double term = (double)ref[k] * ((double)qs[k] * d[k / 32]);
+                    want += term;
+                    mag += fabs(term);
+                }
+                double got = t == WT_Q8_0   ? st_lane_dot<WT_Q8_0>(row, cols, qs, d, ds)
+                             : t == WT_Q4_0 ? st_lane_dot<WT_Q4_0>(row, cols, qs, d, ds)
+                             : t == WT_Q4_K ? st_lane_dot<WT_Q4_K>(row, cols, qs, d, ds)
+                                            : st_lane_dot<WT_Q6_K>(row, cols, qs, d, ds);
+                if (fabs(got - want) > 1e-5 * mag + 1e-6)
+                    fails = st_fail(err, errlen, fails, "%s row %d: int8 dot %.7g, expected %.7g (scale %.3g)",
+                                    ggml_type_name((ggml_type)t), r, got, want, mag);
+            }
+        }
+        free(w);
+        free(ref);
+        free(x);
+        free(qs);
+        free(d);
+        free(ds);
+    }
+    return fails;
+}
+
+} // namespace ILPD_NS
+
+extern "C" kb_backend *KB_CREATE(int dev, char *err, size_t errlen) { return ILPD_NS::create(dev, err, errlen); }
+
+extern "C" int KB_SELFTEST(char *err, size_t errlen) { return ILPD_NS::selftest(err, errlen); }
+
+#ifdef ILPD_CUDA_EMU
+extern "C" size_t kb_cuda_emu_mem_used(kb_backend *kb) { return ILPD_NS::impl_of(kb)->mem_used; }
+#else
+extern "C" size_t kb_cuda_mem_used(kb_backend *kb) {
+    ILPD_NS::cu_impl *c = ILPD_NS::impl_of(kb);
+    size_t free_b = 0, total_b = 0;
+    ILPD_NS::ensure_dev(c);
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return total_b - free_b;
+}
+#endif
+
+#ifndef ILPD_CUDA_EMU
+extern "C" int kb_cuda_bandwidth(int dev, size_t bytes, double *read_gbs, double *copy_gbs, size_t *mem_used,
+                                 size_t *mem_total, char *err, size_t errlen) {
+    using namespace ILPD_NS;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= dev) {
+        snprintf(err, errlen, "no CUDA device %d (%s)", dev, e != cudaSuccess ? cudaGetErrorString(e) : "not found");
+        cudaGetLastError();
+        return -1;
+    }
+    cudaSetDevice(dev);
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, dev);
+    bytes = bytes / 64 * 64;
+    void *a = NULL, *b = NULL;
+    unsigned *sink = NULL;
+    cudaEvent_t t0, t1;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    int rc = -1;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes / 2) != cudaSuccess ||
+        cudaMalloc(&sink, 4) != cudaSuccess) {
+        snprintf(err, errlen, "cannot allocate %zu + %zu bytes on the device", bytes, bytes / 2);
+        cudaGetLastError();
+        goto done;
+    }
+    {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        if (mem_used) *mem_used = total_b - free_b;
+        if (mem_total) *mem_total = total_b;
+        cudaMemset(a, 1, bytes);
+        cudaMemset(b, 0, bytes / 2);
+        cudaDeviceSynchronize();
+        double best_r = 0, best_c = 0;
+        for (int rep = 0; rep < 6; rep++) {
+            float ms = 0;
+            cudaEventRecord(t0);
+            k_read<<<p.multiProcessorCount * 8, 512>>>(static_cast<const uint4 *>(a), bytes / 16, sink);
+            cudaEventRecord(t1);
+            cudaEventSynchronize(t1);
+            cudaEventElapsedTime(&ms, t0, t1);
+            if (rep && ms > 0 && bytes / (ms * 1e6) > best_r) best_r = bytes / (ms * 1e6);
+            cudaEventRecord(t0);
+            cudaMemcpyAsync(b, a, bytes / 2, cudaMemcpyDeviceToDevice);
+            cudaEventRecord(t1);
+            cudaEventSynchronize(t1);
+            cudaEventElapsedTime(&ms, t0, t1);
+            if (rep && ms > 0 && bytes / (ms * 1e6) > best_c) best_c = bytes / (ms * 1e6);
+        }
+        if ((e = cudaGetLastError()) != cudaSuccess) {
+            snprintf(err, errlen, "%s", cudaGetErrorString(e));
+            goto done;
+        }
+        *read_gbs = best_r;
+        *copy_gbs = best_c;
+        rc = 0;
+    }
+done:
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(sink);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return rc;
+}
+#endif

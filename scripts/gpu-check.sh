@@ -1,0 +1,135 @@
+#!/bin/bash
+# The GPU check, in one go on a machine with an NVIDIA GPU (sized for an
+# H200: about 5 minutes, under 8; no network needed):
+#   1. builds everything (make -j16; nvcc is required);
+#   2. runs the CUDA tests: build/rel/tests/test_cuda (every backend
+#      operation and stories260K on the device against the CPU backend) and
+#      tests/t_cuda.sh (synthetic models of every weight type, on the
+#      emulated GPU and on the device);
+#   3. writes a synthetic Llama-3-8B-shaped model (32 layers, dim 4096, 32
+#      heads, 8 KV heads, FFN 14336, vocab 128256) in F16, then in Q8_0
+#      (scripts/make_gpu_model.py), and on each runs `test_cuda --bench`:
+#      device bandwidth measured in the same process (a read kernel and a
+#      device-to-device copy), then a 2048-token prompt and 128 greedy
+#      tokens at full depth and with a mask skipping 25% of the layers;
+#   4. runs the Q8_0 model once through `ilpd generate --device cuda` with
+#      that mask (the whole program on the GPU);
+#   5. prints a table: generation tok/s, time to first token of the 2048-
+#      token prompt, device memory in use, bandwidth, the generation
+#      roofline (bandwidth / bytes a token reads) and the ratio reached.
+# Usage (from the repository root): bash scripts/gpu-check.sh
+# Environment: WORK (model folder, default bench/models/gpu-check, git-ignored; about 17 GB free
+# needed, each model is deleted after its run unless KEEP=1), PROMPT (2048),
+# GEN (128), TYPES ("F16 Q8_0"), JOBS (16), PYTHON (/usr/bin/python3).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+START=$(date +%s)
+PYTHON="${PYTHON:-/usr/bin/python3}"
+WORK="${WORK:-bench/models/gpu-check}"
+PROMPT="${PROMPT:-2048}"
+GEN="${GEN:-128}"
+TYPES="${TYPES:-F16 Q8_0}"
+JOBS="${JOBS:-16}"
+KEEP="${KEEP:-0}"
+mkdir -p "$WORK" || exit 1
+RESULTS="$WORK/results.jsonl"
+: > "$RESULTS"
+status=0
+say() { echo "== [$(( $(date +%s) - START ))s] $*"; }
+
+say "build (make -j$JOBS)"
+if ! make -j"$JOBS" >"$WORK/build.log" 2>&1 ||
+   ! make -j"$JOBS" build/rel/tests/test_cuda build/rel/tests/test_cuda_emu >>"$WORK/build.log" 2>&1; then
+    tail -n 30 "$WORK/build.log"
+    echo "gpu-check: the build failed (log: $WORK/build.log)"
+    exit 1
+fi
+if [ ! -f build/rel/kernels/cuda/cuda_backend.o ]; then
+    echo "gpu-check: the CUDA backend was not built: is nvcc installed (PATH or /usr/local/cuda/bin)?"
+    exit 1
+fi
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+say "CUDA tests"
+tests_out="$WORK/tests.log"
+{
+    build/rel/tests/test_cuda
+    UNIT_DIR="$PWD/build/rel/tests" tests/t_cuda.sh
+} >"$tests_out" 2>&1
+p=$(grep -c '^ok - ' "$tests_out"); f=$(grep -c '^not ok - ' "$tests_out"); s=$(grep -c '^skip - ' "$tests_out")
+grep -E '^(not ok|skip) - |^# ' "$tests_out"
+echo "CUDA tests: $p passed, $f failed, $s skipped (log: $tests_out)"
+[ "$f" -eq 0 ] || status=1
+if grep -q '^skip - cuda: no usable GPU' "$tests_out"; then
+    echo "gpu-check: no usable GPU: nothing to benchmark"
+    exit 1
+fi
+
+# The 25% mask: layers 2, 6, 10, ..., 30 skipped (8 of 32); base64 of 32 bytes, 1 = computed.
+MASK=$("$PYTHON" -c 'import base64; print(base64.b64encode(bytes(0 if l % 4 == 2 else 1 for l in range(32))).decode())')
+echo "mask skipping 25% of the layers: $MASK"
+
+for t in $TYPES; do
+    model="$WORK/llama3-8b-shape-$t.gguf"
+    if [ ! -s "$model" ]; then
+        say "write $model"
+        if ! "$PYTHON" scripts/make_gpu_model.py -o "$model" --type "$t"; then
+            echo "gpu-check: could not write $model"
+            status=1
+            continue
+        fi
+    fi
+    say "bench $t: prompt $PROMPT tokens, $GEN generated, full depth and 25% skipped"
+    if ! build/rel/tests/test_cuda --bench "$model" --prompt "$PROMPT" --gen "$GEN" --kv-f16 --mask "$MASK" \
+            > "$WORK/bench-$t.jsonl" 2> "$WORK/bench-$t.err"; then
+        cat "$WORK/bench-$t.err"
+        echo "gpu-check: the $t bench failed"
+        status=1
+    fi
+    sed "s/^{/{\"type\":\"$t\",/" "$WORK/bench-$t.jsonl" >> "$RESULTS"
+    if [ "$t" = Q8_0 ] || [ "$t" = "${TYPES##* }" ]; then
+        say "ilpd generate --device cuda on $t with the mask"
+        words=$("$PYTHON" -c 'print(" ".join(["once upon a time there was a little dog"] * 20))')
+        if ./ilpd generate --device cuda -m "$model" -p "$words" -n 32 --temp 0 --kv-f16 --layer-mask "$MASK" \
+                > "$WORK/generate-$t.out" 2> "$WORK/generate-$t.err"; then
+            grep -E '"backend"|backend|generated' "$WORK/generate-$t.err" | tail -n 3
+        else
+            tail -n 5 "$WORK/generate-$t.err"
+            echo "gpu-check: ilpd generate --device cuda failed"
+            status=1
+        fi
+    fi
+    [ "$KEEP" = 1 ] || rm -f "$model"
+done
+
+say "results ($RESULTS)"
+"$PYTHON" - "$RESULTS" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bw = {r["type"]: r for r in rows if r["what"] == "bandwidth"}
+load = {r["type"]: r for r in rows if r["what"] == "load"}
+print("%-5s %-7s %6s %10s %9s %10s %9s %8s %8s %9s %6s" % (
+    "type", "mask", "layers", "gen tok/s", "TTFT ms", "prefill/s", "mem GiB", "read GB/s", "copy", "roof t/s", "ratio"))
+for r in rows:
+    if r["what"] != "run" or r["mask"] == "warm-up":
+        continue
+    b = bw.get(r["type"], {})
+    print("%-5s %-7s %6s %10.1f %9.0f %10.0f %9.1f %8.0f %8.0f %9.1f %6.2f" % (
+        r["type"], "full" if r["mask"] == "full" else "skip25", "%d/%d" % (r["layers"], r["n_layers"]),
+        r["gen_tok_s"], r["ttft_ms"], r["prefill_tok_s"], r["mem_used_bytes"] / 2**30,
+        b.get("read_gbs", 0), b.get("copy_gbs", 0), r["roofline_tok_s"], r["roofline_ratio"]))
+for t, l in load.items():
+    print("%s: %.2f GB of weights loaded in %.1f s on %s; device memory after load %.1f GiB" % (
+        t, l["weight_bytes"] / 1e9, l["load_s"], l["device"], l["mem_used_bytes"] / 2**30))
+runs = {(r["type"], r["mask"] == "full"): r for r in rows if r["what"] == "run" and r["mask"] != "warm-up"}
+for t in bw:
+    full, skip = runs.get((t, True)), runs.get((t, False))
+    if full and skip:
+        print("%s: skipping 25%% of the layers: %.2fx the generation speed, %.2fx the TTFT, KV %.0f%% of full" % (
+            t, skip["gen_tok_s"] / full["gen_tok_s"], skip["ttft_ms"] / full["ttft_ms"],
+            100.0 * skip["kv_bytes"] / max(full["kv_bytes"], 1)))
+print("roofline = measured read bandwidth / bytes one generated token reads (computed layers' weights, "
+      "output head, KV cache at the mean position); ratio = gen tok/s / roofline")
+EOF
+say "done (status $status)"
+exit $status

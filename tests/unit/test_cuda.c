@@ -1,0 +1,919 @@
+/* test_cuda.c - the CUDA backend against the CPU backend.
+ *
+ * Built twice:
+ *   test_cuda      (this file) the real backend. Without a GPU (or built
+ *                  without CUDA) it checks that kb_cuda_create fails cleanly
+ *                  (NULL and a message, no crash) and runs the host
+ *                  self-test of the kernels' weight decoding and int8 dots;
+ *                  with a GPU it also runs every check below on the device.
+ *   test_cuda_emu  (test_cuda_emu.c includes this file with CUDA_EMU) the
+ *                  same kernels on the emulated GPU (cuda_emu.cuh): every
+ *                  check below, on any machine.
+ *
+ * The checks: each backend operation against the CPU backend (and matmul
+ * against a double-precision reference) for every weight type, both matmul
+ * paths (own kernels for n <= 8 rows, cuBLAS above), attention with F32 and
+ * F16 KV caches through prefill chunks and decode steps, up to 580
+ * positions whose decode attention is split over the positions and merged;
+ * then whole forward passes on stories260K (F32 and F16) and on the models
+ * named on the command line (`--models A.gguf,B.gguf`, as tests/t_cuda.sh
+ * does with synthetic models of every weight type): logits of a prompt and
+ * decode steps, an F16 KV cache, a run with layer 1 skipped against the CPU
+ * with the same mask, that a skipped layer launches no kernel and gets no
+ * KV cache (the emulation also counts the device bytes exactly), and on
+ * stories260K greedy answers of 40 tokens identical to the CPU's (with and
+ * without the mask), and (emulation) that running out of device memory
+ * fails model_load and model_state_init cleanly and frees what they took.
+ * `test_cuda --bench MODEL ...` measures speed on a real GPU
+ * (scripts/gpu-check.sh; see main()).
+ *
+ * Tolerances (relative to the largest magnitude of the reference):
+ *   float weights, own kernels      1e-4  (float sums in another order)
+ *   F32 weights, cuBLAS             1e-4  (SGEMM in FP32, no TF32)
+ *   F16/BF16, cuBLAS                4e-3  (activation rounded to F16: 2^-11)
+ *   quantised weights               2e-2  (the activation rounded to int8,
+ *                                          1/254 of its block's max, as the
+ *                                          CPU's own int8 paths do)
+ *   logits                          2e-3 x max|logit| for float models,
+ *                                   5e-2 for quantised ones (model_check())
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "check.h"
+#include "cpu/quant.h"
+#include "cuda/cuda_backend.h"
+#include "gguf.h"
+#include "mask.h"
+#include "model.h"
+
+#ifdef CUDA_EMU
+#define TAG "cuda-emu"
+#define EXACT_MEM 1 /* the emulation counts device bytes exactly */
+#else
+#define TAG "cuda"
+#define EXACT_MEM 0
+#endif
+
+static uint32_t rng = 2463534242u;
+static uint32_t next_u32(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return rng;
+}
+static float unif(void) { return (float)(next_u32() >> 8) / 16777216.0f * 2.0f - 1.0f; }
+
+static void put16(uint8_t *p, uint16_t h) { memcpy(p, &h, 2); }
+
+/* Random weight bytes of type T with sane scales. */
+static void fill_weight(ggml_type t, uint8_t *buf, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)next_u32();
+    switch (t) {
+    case GGML_TYPE_F32:
+        for (size_t i = 0; i + 4 <= bytes; i += 4) {
+            float f = unif();
+            memcpy(buf + i, &f, 4);
+        }
+        break;
+    case GGML_TYPE_F16:
+        for (size_t i = 0; i + 2 <= bytes; i += 2) put16(buf + i, quant_f32_to_f16(unif()));
+        break;
+    case GGML_TYPE_BF16:
+        for (size_t i = 0; i + 2 <= bytes; i += 2) {
+            float f = unif();
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            put16(buf + i, (uint16_t)(u >> 16));
+        }
+        break;
+    case GGML_TYPE_Q8_0:
+        for (size_t i = 0; i + 34 <= bytes; i += 34) put16(buf + i, quant_f32_to_f16(0.002f + 0.01f * (unif() + 1)));
+        break;
+    case GGML_TYPE_Q4_0:
+        for (size_t i = 0; i + 18 <= bytes; i += 18) put16(buf + i, quant_f32_to_f16(0.02f + 0.1f * (unif() + 1)));
+        break;
+    case GGML_TYPE_Q4_K:
+        for (size_t i = 0; i + 144 <= bytes; i += 144) {
+            put16(buf + i, quant_f32_to_f16(0.001f + 0.005f * (unif() + 1)));
+            put16(buf + i + 2, quant_f32_to_f16(0.001f + 0.005f * (unif() + 1)));
+        }
+        break;
+    case GGML_TYPE_Q6_K:
+        for (size_t i = 0; i + 210 <= bytes; i += 210) put16(buf + i + 208, quant_f32_to_f16(0.0005f + 0.002f * (unif() + 1)));
+        break;
+    default: break;
+    }
+}
+
+static float *dev_from(kb_backend *kb, const float *h, size_t n) {
+    float *d = kb->alloc(kb, n * sizeof(float));
+    if (d) kb->to_backend(kb, d, h, n * sizeof(float));
+    return d;
+}
+
+static void host_from(kb_backend *kb, float *h, const float *d, size_t n) { kb->to_host(kb, h, d, n * sizeof(float)); }
+
+static float maxabs(const float *a, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+/* max |a - b| / max |ref|; NaN anywhere gives infinity. */
+static double rel_err(const float *a, const float *b, const float *ref, size_t n) {
+    double d = 0, m = maxabs(ref, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
+        double e = fabs((double)a[i] - b[i]);
+        d = e > d ? e : d;
+    }
+    return d / (m > 1e-30 ? m : 1e-30);
+}
+
+/* Both backends' copies of one op's buffers. */
+typedef struct {
+    kb_backend *g, *c;
+} pair;
+
+/* ---- operations ---- */
+
+static void check_matmul(pair p, ggml_type t, int rows, int cols) {
+    size_t rb = ggml_row_bytes(t, (uint64_t)cols), bytes = rb * rows;
+    uint8_t *hw = malloc(bytes), *hc = malloc(bytes), *hg = malloc(bytes);
+    float *deq = malloc((size_t)rows * cols * sizeof(float));
+    const int ns[] = {1, 3, 8, 12, 40};
+    int nmax = 40;
+    float *x = malloc((size_t)nmax * cols * sizeof(float)), *ref = malloc((size_t)nmax * rows * sizeof(float));
+    size_t outn = (size_t)nmax * rows > 4 * (size_t)cols ? (size_t)nmax * rows : 4 * (size_t)cols;
+    float *og = malloc(outn * sizeof(float)), *oc = malloc(outn * sizeof(float));
+    if (!hw || !hc || !hg || !deq || !x || !ref || !og || !oc) {
+        CHECK(0, TAG ": matmul %s: out of host memory", ggml_type_name(t));
+        goto done;
+    }
+    fill_weight(t, hw, bytes);
+    memcpy(hc, hw, bytes);
+    memcpy(hg, hw, bytes);
+    for (int r = 0; r < rows; r++) quant_dequantize_row(t, hw + rb * r, deq + (size_t)r * cols, cols);
+    for (size_t i = 0; i < (size_t)nmax * cols; i++) x[i] = unif() * (i % 13 == 0 ? 4.0f : 1.0f);
+    kb_weight wc = {t, rows, cols, hc, NULL, bytes}, wg = {t, rows, cols, hg, NULL, bytes};
+    CHECK(p.c->weight_upload(p.c, &wc) == 0 && p.g->weight_upload(p.g, &wg) == 0 && wg.dev,
+          TAG ": upload a %s weight [%d x %d]", ggml_type_name(t), rows, cols);
+    int quant = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        int n = ns[ni];
+        for (int tk = 0; tk < n; tk++)
+            for (int r = 0; r < rows; r++) {
+                double s = 0;
+                for (int k = 0; k < cols; k++) s += (double)deq[(size_t)r * cols + k] * x[(size_t)tk * cols + k];
+                ref[(size_t)tk * rows + r] = (float)s;
+            }
+        float *xg = dev_from(p.g, x, (size_t)n * cols), *xc = dev_from(p.c, x, (size_t)n * cols);
+        float *dg = p.g->alloc(p.g, (size_t)n * rows * sizeof(float)), *dc = p.c->alloc(p.c, (size_t)n * rows * sizeof(float));
+        if (!xg || !xc || !dg || !dc) {
+            CHECK(0, TAG ": matmul: out of memory");
+        } else {
+            p.g->matmul(p.g, dg, &wg, xg, n);
+            p.c->matmul(p.c, dc, &wc, xc, n);
+            host_from(p.g, og, dg, (size_t)n * rows);
+            host_from(p.c, oc, dc, (size_t)n * rows);
+            int gemm = n >= 9;
+            double tol = quant ? 2e-2 : !gemm ? 1e-4 : t == GGML_TYPE_F32 ? 1e-4 : 4e-3;
+            double e_ref = rel_err(og, ref, ref, (size_t)n * rows), e_cpu = rel_err(og, oc, ref, (size_t)n * rows);
+            CHECK(e_ref <= tol && e_cpu <= tol + 2e-2 * quant,
+                  TAG ": matmul %s [%d x %d] n=%d (%s): error %.2g vs exact, %.2g vs the CPU (tolerance %.0e)",
+                  ggml_type_name(t), rows, cols, n, gemm ? "cuBLAS path" : "own kernels", e_ref, e_cpu, tol);
+        }
+        p.g->free(p.g, xg);
+        p.c->free(p.c, xc);
+        p.g->free(p.g, dg);
+        p.c->free(p.c, dc);
+    }
+    /* the embedding: rows of any type, exactly the CPU's dequantisation */
+    {
+        int32_t ids[4] = {0, rows - 1, 7, 7};
+        float *eg = p.g->alloc(p.g, 4 * (size_t)cols * sizeof(float));
+        if (eg) {
+            p.g->embed(p.g, eg, &wg, ids, 4);
+            host_from(p.g, og, eg, 4 * (size_t)cols);
+            double e = 0;
+            for (int i = 0; i < 4; i++)
+                for (int k = 0; k < cols; k++) {
+                    double d = fabs((double)og[(size_t)i * cols + k] - deq[(size_t)ids[i] * cols + k]);
+                    e = d > e ? d : e;
+                }
+            CHECK(e <= 1e-6 * maxabs(deq, (size_t)rows * cols), TAG ": embed %s rows: max error %.2g", ggml_type_name(t), e);
+        }
+        p.g->free(p.g, eg);
+    }
+    p.g->weight_release(p.g, &wg);
+    p.c->weight_release(p.c, &wc);
+    CHECK(wg.dev == NULL, TAG ": weight_release %s", ggml_type_name(t));
+done:
+    free(hw);
+    free(hc);
+    free(hg);
+    free(deq);
+    free(x);
+    free(ref);
+    free(og);
+    free(oc);
+}
+
+/* Runs OP on both backends over buffers made from the host arrays, compares OUT. */
+static void check_elementwise(pair p) {
+    enum { N = 3, DIM = 100 };
+    float x[N * DIM], y[N * DIM], g[DIM], rg[N * DIM], rc[N * DIM];
+    for (int i = 0; i < N * DIM; i++) {
+        x[i] = unif() * 3;
+        y[i] = unif() * 3;
+    }
+    for (int i = 0; i < DIM; i++) g[i] = 1 + 0.3f * unif();
+    kb_weight wgc = {GGML_TYPE_F32, 1, DIM, g, NULL, sizeof g}, wgg = wgc;
+    p.c->weight_upload(p.c, &wgc);
+    CHECK(p.g->weight_upload(p.g, &wgg) == 0, TAG ": upload an F32 vector");
+    float *xg = dev_from(p.g, x, N * DIM), *yg = dev_from(p.g, y, N * DIM), *og = p.g->alloc(p.g, sizeof x);
+    float *xc = dev_from(p.c, x, N * DIM), *yc = dev_from(p.c, y, N * DIM), *oc = p.c->alloc(p.c, sizeof x);
+    p.g->rmsnorm(p.g, og, xg, &wgg, N, DIM, 1e-5f);
+    p.c->rmsnorm(p.c, oc, xc, &wgc, N, DIM, 1e-5f);
+    host_from(p.g, rg, og, N * DIM);
+    host_from(p.c, rc, oc, N * DIM);
+    CHECK(rel_err(rg, rc, rc, N * DIM) <= 1e-6, TAG ": rmsnorm (error %.2g)", rel_err(rg, rc, rc, N * DIM));
+    p.g->add_bias(p.g, xg, &wgg, N);
+    p.c->add_bias(p.c, xc, &wgc, N);
+    p.g->swiglu(p.g, xg, yg, N * DIM);
+    p.c->swiglu(p.c, xc, yc, N * DIM);
+    p.g->add(p.g, xg, yg, N * DIM);
+    p.c->add(p.c, xc, yc, N * DIM);
+    host_from(p.g, rg, xg, N * DIM);
+    host_from(p.c, rc, xc, N * DIM);
+    CHECK(rel_err(rg, rc, rc, N * DIM) <= 1e-6, TAG ": add_bias, swiglu, add (error %.2g)", rel_err(rg, rc, rc, N * DIM));
+    p.g->weight_release(p.g, &wgg);
+    p.c->weight_release(p.c, &wgc);
+    p.g->free(p.g, xg);
+    p.g->free(p.g, yg);
+    p.g->free(p.g, og);
+    p.c->free(p.c, xc);
+    p.c->free(p.c, yc);
+    p.c->free(p.c, oc);
+}
+
+static void check_rope(pair p, int neox) {
+    enum { N = 4, H = 4, HD = 16 };
+    float x[N * H * HD], rg[N * H * HD], rc[N * H * HD], inv[HD / 2];
+    for (int i = 0; i < N * H * HD; i++) x[i] = unif();
+    for (int k = 0; k < HD / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / HD);
+    kb_attn_shape s = {H, H, HD, neox, inv};
+    float *xg = dev_from(p.g, x, N * H * HD), *xc = dev_from(p.c, x, N * H * HD);
+    p.g->rope(p.g, xg, N, H, &s, 1000);
+    p.c->rope(p.c, xc, N, H, &s, 1000);
+    host_from(p.g, rg, xg, N * H * HD);
+    host_from(p.c, rc, xc, N * H * HD);
+    CHECK(rel_err(rg, rc, rc, N * H * HD) <= 1e-6, TAG ": rope (%s) at positions 1000.. (error %.2g)",
+          neox ? "neox" : "normal", rel_err(rg, rc, rc, N * H * HD));
+    p.g->free(p.g, xg);
+    p.c->free(p.c, xc);
+}
+
+/* Prefill chunks and decode steps through both backends' KV caches: a
+ * short context (a 70-row prompt, then 1-, 3- and 16-row steps), or with
+ * LONG a 576-position prompt in chunks of 64 (as the engine sends it) and
+ * decode steps, whose attention is split over the positions
+ * (flash-decoding) and merged. */
+static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx) {
+    enum { H = 4, KVH = 2 };
+    int kvd = KVH * hd, ctx = long_ctx ? 640 : 96;
+    int steps[32][2], n_steps = 0;
+    if (long_ctx) {
+        for (int pos = 0; pos < 576; pos += 64) steps[n_steps][0] = pos, steps[n_steps++][1] = 64;
+        for (int pos = 576; pos < 580; pos++) steps[n_steps][0] = pos, steps[n_steps++][1] = 1;
+    } else {
+        const int s0[][2] = {{0, 70}, {70, 1}, {71, 1}, {72, 3}, {75, 16}, {91, 1}};
+        for (size_t i = 0; i < sizeof s0 / sizeof *s0; i++) steps[n_steps][0] = s0[i][0], steps[n_steps++][1] = s0[i][1];
+    }
+    float inv[512];
+    for (int k = 0; k < hd / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / hd);
+    kb_attn_shape s = {H, KVH, hd, 0, inv};
+    size_t kvb = kb_kv_bytes(kt, ctx, kvd);
+    kb_kv cg = {p.g->alloc(p.g, kvb), p.g->alloc(p.g, kvb), kt, ctx, kvd};
+    kb_kv cc = {p.c->alloc(p.c, kvb), p.c->alloc(p.c, kvb), kt, ctx, kvd};
+    int ok = cg.k && cg.v && cc.k && cc.v && p.g->reserve(p.g, 64, ctx) == 0 && p.c->reserve(p.c, 64, ctx) == 0;
+    if (!ok) CHECK(0, TAG ": attention: out of memory for the KV caches");
+    double worst = 0;
+    for (int si = 0; ok && si < n_steps; si++) {
+        int pos0 = steps[si][0], n = steps[si][1];
+        size_t nq = (size_t)n * H * hd, nk = (size_t)n * kvd;
+        float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *rg = malloc(nq * 4), *rc = malloc(nq * 4);
+        float *qg = NULL, *kg = NULL, *vg = NULL, *og = NULL, *qc = NULL, *kc = NULL, *vc = NULL, *oc = NULL;
+        if (!q || !k || !v || !rg || !rc) {
+            CHECK(0, TAG ": attention: out of host memory");
+            ok = 0;
+            goto next;
+        }
+        for (size_t i = 0; i < nq; i++) q[i] = unif() * 2;
+        for (size_t i = 0; i < nk; i++) {
+            k[i] = unif() * 2;
+            v[i] = unif();
+        }
+        qg = dev_from(p.g, q, nq), kg = dev_from(p.g, k, nk), vg = dev_from(p.g, v, nk), og = p.g->alloc(p.g, nq * 4);
+        qc = dev_from(p.c, q, nq), kc = dev_from(p.c, k, nk), vc = dev_from(p.c, v, nk), oc = p.c->alloc(p.c, nq * 4);
+        if (!qg || !kg || !vg || !og || !qc || !kc || !vc || !oc) {
+            CHECK(0, TAG ": attention: out of backend memory");
+            ok = 0;
+            goto next;
+        }
+        p.g->attention(p.g, og, qg, kg, vg, &cg, n, pos0, &s);
+        p.c->attention(p.c, oc, qc, kc, vc, &cc, n, pos0, &s);
+        host_from(p.g, rg, og, nq);
+        host_from(p.c, rc, oc, nq);
+        double e = rel_err(rg, rc, rc, nq);
+        if (!long_ctx || e > 1e-5)
+            CHECK(e <= 1e-5, TAG ": attention (KV %s, head size %d) %d queries at %d (error %.2g)",
+                  kt == KB_KV_F16 ? "F16" : "F32", hd, n, pos0, e);
+        worst = e > worst ? e : worst;
+        ok = e <= 1e-5;
+    next:
+        p.g->free(p.g, qg);
+        p.g->free(p.g, kg);
+        p.g->free(p.g, vg);
+        p.g->free(p.g, og);
+        p.c->free(p.c, qc);
+        p.c->free(p.c, kc);
+        p.c->free(p.c, vc);
+        p.c->free(p.c, oc);
+        free(q);
+        free(k);
+        free(v);
+        free(rg);
+        free(rc);
+    }
+    if (long_ctx && ok)
+        CHECK(1, TAG ": attention (KV %s, head size %d) over 580 positions: 9 prompt chunks of 64, 4 split decode "
+                     "steps (worst error %.2g)",
+              kt == KB_KV_F16 ? "F16" : "F32", hd, worst);
+    p.g->free(p.g, cg.k);
+    p.g->free(p.g, cg.v);
+    p.c->free(p.c, cc.k);
+    p.c->free(p.c, cc.v);
+}
+
+/* ---- whole models ---- */
+
+typedef struct {
+    gguf_file *f;
+    model m;
+    int loaded;
+} loaded_model;
+
+static int load(loaded_model *lm, const char *path, kb_backend *kb) {
+    char err[512];
+    memset(lm, 0, sizeof *lm);
+    lm->f = gguf_open(path, err, sizeof err);
+    if (!lm->f || model_load(&lm->m, lm->f, kb, err, sizeof err)) {
+        CHECK(0, TAG ": load %s on %s: %s", path, kb->name, err);
+        if (lm->f) gguf_close(lm->f);
+        lm->f = NULL;
+        return -1;
+    }
+    lm->loaded = 1;
+    return 0;
+}
+
+static void unload(loaded_model *lm, kb_backend *kb) {
+    if (lm->loaded) model_free(&lm->m, kb);
+    if (lm->f) gguf_close(lm->f);
+    memset(lm, 0, sizeof *lm);
+}
+
+/* Device bytes in use (exact for the emulation: what the backend holds). */
+static size_t gpu_mem_used(kb_backend *kb) {
+#if defined(CUDA_EMU)
+    return kb_cuda_emu_mem_used(kb);
+#elif defined(ILPD_CUDA)
+    return kb_cuda_mem_used(kb);
+#else
+    (void)kb;
+    return 0;
+#endif
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Logits of the prompt, then of DECODE single-token steps (fed the CPU's
+ * greedy choice), under MASK (NULL: every layer). Fills *LAUNCHES with the
+ * GPU's kernel count for the prompt, and *ARGMAX_SAME with whether both
+ * backends pick the same greedy token at every decode step where the CPU's
+ * best two logits are more than TOL x max|logit| apart (closer, the
+ * tolerance allows either). Returns the worst relative error (infinity
+ * when something could not be allocated). */
+static double run_model(pair p, loaded_model *mg, loaded_model *mc, const uint8_t *mask, kb_kv_type kt, int n_prompt,
+                        int decode, double tol, uint64_t *launches, int *argmax_same) {
+    const model *m = &mc->m;
+    char err[256];
+    int n_ctx = n_prompt + decode + 1;
+    double worst = INFINITY;
+    model_state sg, sc;
+    int have_g = 0, have_c = 0;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    float *lg = malloc(sizeof(float) * (size_t)n_prompt * m->n_vocab), *lc = malloc(sizeof(float) * (size_t)n_prompt * m->n_vocab);
+    *argmax_same = 0;
+    if (!tok || !lg || !lc) {
+        CHECK(0, TAG ": run_model: out of host memory");
+        goto done;
+    }
+    if (model_state_init(&sg, &mg->m, p.g, n_ctx, n_prompt, mask, kt, err, sizeof err)) {
+        CHECK(0, TAG ": model_state_init on the GPU: %s", err);
+        goto done;
+    }
+    have_g = 1;
+    if (model_state_init(&sc, m, p.c, n_ctx, n_prompt, mask, kt, err, sizeof err)) {
+        CHECK(0, TAG ": model_state_init on the CPU: %s", err);
+        goto done;
+    }
+    have_c = 1;
+    for (int i = 0; i < n_prompt; i++) tok[i] = (int32_t)(3 + next_u32() % (uint32_t)(m->n_vocab - 3));
+    uint64_t l0 = p.g->launches(p.g);
+    model_embed(&mg->m, p.g, &sg, tok, n_prompt);
+    model_forward_layers(&mg->m, p.g, &sg, n_prompt, 0, 0, m->n_layers);
+    model_logits(&mg->m, p.g, &sg, 0, n_prompt, lg);
+    *launches = p.g->launches(p.g) - l0;
+    model_embed(m, p.c, &sc, tok, n_prompt);
+    model_forward_layers(m, p.c, &sc, n_prompt, 0, 0, m->n_layers);
+    model_logits(m, p.c, &sc, 0, n_prompt, lc);
+    worst = rel_err(lg, lc, lc, (size_t)n_prompt * m->n_vocab);
+    *argmax_same = 1;
+    for (int step = 0; step < decode; step++) {
+        int32_t t = argmax(lc + (size_t)(step ? 0 : n_prompt - 1) * m->n_vocab, m->n_vocab);
+        int pos = n_prompt + step;
+        model_embed(&mg->m, p.g, &sg, &t, 1);
+        model_forward_layers(&mg->m, p.g, &sg, 1, pos, 0, m->n_layers);
+        model_logits(&mg->m, p.g, &sg, 0, 1, lg);
+        model_embed(m, p.c, &sc, &t, 1);
+        model_forward_layers(m, p.c, &sc, 1, pos, 0, m->n_layers);
+        model_logits(m, p.c, &sc, 0, 1, lc);
+        double e = rel_err(lg, lc, lc, (size_t)m->n_vocab);
+        worst = e > worst ? e : worst;
+        int ag = argmax(lg, m->n_vocab), ac = argmax(lc, m->n_vocab);
+        if (ag != ac && lc[ac] - lc[ag] > tol * maxabs(lc, (size_t)m->n_vocab)) *argmax_same = 0;
+    }
+done:
+    if (have_g) model_state_free(&sg, p.g);
+    if (have_c) model_state_free(&sc, p.c);
+    free(tok);
+    free(lg);
+    free(lc);
+    return worst;
+}
+
+/* Greedy decoding of N_GEN tokens after PROMPT on backend KB alone, under
+ * MASK (NULL: every layer); the tokens go to OUT. Returns 0 or -1. */
+static int greedy(kb_backend *kb, const model *m, const uint8_t *mask, const int32_t *prompt, int n_prompt, int n_gen,
+                  int32_t *out) {
+    model_state st;
+    char err[256];
+    float *logits = malloc(sizeof(float) * (size_t)m->n_vocab);
+    if (!logits) return -1;
+    if (model_state_init(&st, m, kb, n_prompt + n_gen, n_prompt, mask, KB_KV_F32, err, sizeof err)) {
+        free(logits);
+        return -1;
+    }
+    model_embed(m, kb, &st, prompt, n_prompt);
+    model_forward_layers(m, kb, &st, n_prompt, 0, 0, m->n_layers);
+    model_logits(m, kb, &st, n_prompt - 1, 1, logits);
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = argmax(logits, m->n_vocab);
+        if (i + 1 == n_gen) break;
+        model_embed(m, kb, &st, &out[i], 1);
+        model_forward_layers(m, kb, &st, 1, n_prompt + i, 0, m->n_layers);
+        model_logits(m, kb, &st, 0, 1, logits);
+    }
+    model_state_free(&st, kb);
+    free(logits);
+    return 0;
+}
+
+/* Greedy answers of both backends, each on its own, must be the same
+ * tokens: a 5-token prompt (the own matvec kernels) and a 12-token one
+ * (the cuBLAS prompt path), at full depth and with MASK. */
+static void greedy_check(pair p, loaded_model *mg, loaded_model *mc, const uint8_t *mask, const char *base) {
+    enum { N_GEN = 40 };
+    static const int32_t prompt[12] = {1, 403, 407, 261, 378, 300, 260, 270, 280, 290, 310, 320};
+    const model *m = &mc->m;
+    int32_t pr[12];
+    for (int i = 0; i < 12; i++) pr[i] = prompt[i] % m->n_vocab;
+    for (int v = 0; v < 4; v++) {
+        int n_prompt = v & 1 ? 12 : 5;
+        const uint8_t *mk = v & 2 ? mask : NULL;
+        if (v & 2 && !mask) continue;
+        int32_t tg[N_GEN], tc[N_GEN];
+        int rg = greedy(p.g, &mg->m, mk, pr, n_prompt, N_GEN, tg), rc = greedy(p.c, m, mk, pr, n_prompt, N_GEN, tc);
+        int same = 0;
+        while (same < N_GEN && tg[same] == tc[same]) same++;
+        CHECK(rg == 0 && rc == 0 && same == N_GEN,
+              TAG ": %s: greedy answer of %d tokens after a %d-token prompt%s identical to the CPU's (%d agree)", base,
+              N_GEN, n_prompt, mk ? ", layer 1 skipped," : "", same);
+    }
+}
+
+/* A skipped layer gets no KV cache: no allocation for it at all (the
+ * emulation counts device bytes exactly), and no kernel (counted). */
+static void kv_check(pair p, loaded_model *mg, const uint8_t *mask, const char *base) {
+    const model *m = &mg->m;
+    model_state full, masked;
+    char err[256];
+    size_t m0 = gpu_mem_used(p.g);
+    if (model_state_init(&full, m, p.g, 64, 8, NULL, KB_KV_F32, err, sizeof err)) {
+        CHECK(0, TAG ": %s: model_state_init: %s", base, err);
+        return;
+    }
+    size_t m_full = gpu_mem_used(p.g) - m0;
+    size_t kv_full = full.kv_bytes;
+    model_state_free(&full, p.g);
+    if (model_state_init(&masked, m, p.g, 64, 8, mask, KB_KV_F32, err, sizeof err)) {
+        CHECK(0, TAG ": %s: model_state_init with a mask: %s", base, err);
+        return;
+    }
+    size_t m_masked = gpu_mem_used(p.g) - m0;
+    size_t layer = 2 * kb_kv_bytes(KB_KV_F32, 64, m->kv_dim), layer_dev = 2 * ((layer / 2 + 255) / 256 * 256);
+    CHECK(masked.kv[1].k == NULL && masked.kv[1].v == NULL && masked.kv[0].k != NULL && masked.kv_bytes == kv_full - layer,
+          TAG ": %s: the skipped layer has no KV cache (%zu KV bytes at full depth, %zu with layer 1 skipped)", base,
+          kv_full, masked.kv_bytes);
+#ifdef CUDA_EMU
+    CHECK(m_full - m_masked == layer_dev,
+          TAG ": %s: device memory of the request state: %zu bytes at full depth, %zu with one layer skipped (its KV: %zu)",
+          base, m_full, m_masked, layer_dev);
+#else
+    (void)m_full;
+    (void)m_masked;
+    (void)layer_dev;
+#endif
+    model_state_free(&masked, p.g);
+    CHECK(gpu_mem_used(p.g) == m0 || !EXACT_MEM, TAG ": %s: the request state's device memory is all freed", base);
+}
+
+/* Logits on both backends: tolerance 2e-3 x max|logit| for float models
+ * (F16 activations in the cuBLAS prompt path; float everywhere else), 5e-2
+ * for quantised ones (int8 activations on both sides in decode, but F16
+ * dequantised weights in the cuBLAS prompt path against the CPU's int8
+ * products, through every layer). Greedy choices must agree during decode. */
+static void model_check(pair p, const char *path, int greedy_too) {
+    loaded_model mg, mc;
+    if (load(&mg, path, p.g)) return;
+    if (load(&mc, path, p.c)) {
+        unload(&mg, p.g);
+        return;
+    }
+    const model *m = &mc.m;
+    int quant = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        ggml_type t = m->layers[l].w_up.type;
+        if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) quant = 1;
+    }
+    double tol = quant ? 5e-2 : 2e-3;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    uint64_t full = 0, masked = 0;
+    int same = 0;
+    double e = run_model(p, &mg, &mc, NULL, KB_KV_F32, 12, 3, tol, &full, &same);
+    CHECK(e <= tol && same, TAG ": %s: logits of a 12-token prompt (cuBLAS path) and 3 decode steps (error %.2g x max|logit|, tolerance %.0e)%s",
+          base, e, tol, same ? "" : ", greedy choices differ");
+    e = run_model(p, &mg, &mc, NULL, KB_KV_F16, 5, 2, tol, &full, &same);
+    CHECK(e <= tol && same, TAG ": %s: F16 KV cache, own kernels for the prompt (error %.2g, tolerance %.0e)", base, e, tol);
+    uint8_t mask[256];
+    memset(mask, 1, sizeof mask);
+    mask[1] = 0;
+    if (m->n_layers >= 3) {
+        e = run_model(p, &mg, &mc, mask, KB_KV_F32, 12, 2, tol, &masked, &same);
+        CHECK(e <= tol && same, TAG ": %s: layer 1 skipped, equal to the CPU with the same mask (error %.2g, tolerance %.0e)",
+              base, e, tol);
+        uint8_t none[256];
+        memset(none, 0, sizeof none);
+        uint64_t l_none = 0, full5 = 0, masked5 = 0;
+        run_model(p, &mg, &mc, none, KB_KV_F32, 5, 0, tol, &l_none, &same);
+        run_model(p, &mg, &mc, NULL, KB_KV_F32, 5, 0, tol, &full5, &same);
+        run_model(p, &mg, &mc, mask, KB_KV_F32, 5, 0, tol, &masked5, &same);
+        uint64_t per_layer = (full5 - l_none) / (uint64_t)m->n_layers;
+        CHECK(full5 > l_none && (full5 - l_none) % (uint64_t)m->n_layers == 0 && masked5 == full5 - per_layer,
+              TAG ": %s: a skipped layer launches nothing (%llu launches with no layer, %llu at full depth, %llu with "
+                  "one layer skipped)",
+              base, (unsigned long long)l_none, (unsigned long long)full5, (unsigned long long)masked5);
+        kv_check(p, &mg, mask, base);
+    }
+    if (greedy_too) greedy_check(p, &mg, &mc, m->n_layers >= 3 ? mask : NULL, base);
+    unload(&mg, p.g);
+    unload(&mc, p.c);
+}
+
+#ifdef CUDA_EMU
+/* Device out-of-memory is an error return, never a crash: a backend with
+ * a budget under the model's weights refuses the model (model_load fails
+ * with a message and frees what it uploaded), one with room for the weights
+ * but not for a huge context refuses the request state (and frees the
+ * layers it had). Emulation only: the budget is ILPD_CUDA_EMU_MEM. */
+static void oom_check(const char *path) {
+    char err[512] = "", budget[32];
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f) {
+        CHECK(0, TAG ": out of memory checks: %s", err);
+        return;
+    }
+    model m;
+    snprintf(budget, sizeof budget, "%d", 300 * 1024);
+    setenv("ILPD_CUDA_EMU_MEM", budget, 1);
+    kb_backend *g = kb_cuda_emu_create(0, err, sizeof err);
+    unsetenv("ILPD_CUDA_EMU_MEM");
+    if (!g) {
+        CHECK(0, TAG ": create a backend with a 300 KiB budget: %s", err);
+        gguf_close(f);
+        return;
+    }
+    size_t base = gpu_mem_used(g);
+    int rc = model_load(&m, f, g, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "cannot upload") && gpu_mem_used(g) == base,
+          TAG ": a model over the device memory is refused cleanly (\"%s\"), nothing left allocated", err);
+    if (rc == 0) model_free(&m, g);
+    g->destroy(g);
+
+    snprintf(budget, sizeof budget, "%d", 4 * 1024 * 1024);
+    setenv("ILPD_CUDA_EMU_MEM", budget, 1);
+    g = kb_cuda_emu_create(0, err, sizeof err);
+    unsetenv("ILPD_CUDA_EMU_MEM");
+    if (!g || model_load(&m, f, g, err, sizeof err)) {
+        CHECK(0, TAG ": load %s within a 4 MiB budget: %s", path, err);
+        if (g) g->destroy(g);
+        gguf_close(f);
+        return;
+    }
+    model_state st;
+    /* a first request sizes the backend's own scratch, which it keeps */
+    rc = model_state_init(&st, &m, g, 64, 16, NULL, KB_KV_F32, err, sizeof err);
+    CHECK(rc == 0, TAG ": a request of 64 positions runs within 4 MiB (%s)", rc ? err : "ok");
+    if (rc == 0) model_state_free(&st, g);
+    base = gpu_mem_used(g);
+    err[0] = 0;
+    rc = model_state_init(&st, &m, g, 1 << 20, 16, NULL, KB_KV_F32, err, sizeof err);
+    CHECK(rc == -1 && err[0] && gpu_mem_used(g) == base,
+          TAG ": a context over the device memory fails the request cleanly (\"%s\"), nothing left allocated", err);
+    if (rc == 0) model_state_free(&st, g);
+    rc = model_state_init(&st, &m, g, 64, 16, NULL, KB_KV_F32, err, sizeof err);
+    CHECK(rc == 0, TAG ": the next request of 64 positions runs (%s)", rc ? err : "ok");
+    if (rc == 0) model_state_free(&st, g);
+    model_free(&m, g);
+    g->destroy(g);
+    gguf_close(f);
+}
+#endif
+
+static void run_all(kb_backend *g, const char *models) {
+    kb_backend *c = kb_cpu_create(1);
+    if (!c) {
+        CHECK(0, TAG ": create the CPU backend");
+        return;
+    }
+    pair p = {g, c};
+    char path[1024];
+    if (!models) {
+        static const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                          GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+        if (g->reserve(g, 1024, 128) || c->reserve(c, 1024, 128)) CHECK(0, TAG ": reserve");
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+            ggml_type t = types[i];
+            int quant = t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16;
+            check_matmul(p, t, 40, quant ? 512 : 128);
+            if (!quant) check_matmul(p, t, 37, 100);
+        }
+        check_elementwise(p);
+        check_rope(p, 0);
+        check_rope(p, 1);
+        check_attention(p, KB_KV_F32, 16, 0);
+        check_attention(p, KB_KV_F16, 16, 0);
+        check_attention(p, KB_KV_F32, 64, 0);
+        check_attention(p, KB_KV_F16, 128, 0);
+        check_attention(p, KB_KV_F32, 64, 1);
+        check_attention(p, KB_KV_F16, 128, 1);
+        void *big = g->alloc(g, (size_t)1 << 62);
+        CHECK(big == NULL, TAG ": alloc of 4 EiB returns NULL");
+        g->free(g, NULL);
+        snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", check_shared_dir());
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fclose(f);
+            model_check(p, path, 1);
+#ifdef CUDA_EMU
+            oom_check(path);
+#endif
+            snprintf(path, sizeof path, "%s/models/stories260K/stories260K-F16.gguf", check_shared_dir());
+            model_check(p, path, 1);
+        } else {
+            SKIP(TAG ": stories260K (logits, greedy answers, masks, out of memory): %s absent", path);
+        }
+    } else {
+        const char *s = models;
+        while (*s) {
+            const char *e = strchr(s, ',');
+            size_t len = e ? (size_t)(e - s) : strlen(s);
+            if (len && len < sizeof path) {
+                memcpy(path, s, len);
+                path[len] = 0;
+                model_check(p, path, 0);
+            }
+            s += len + (e ? 1 : 0);
+        }
+    }
+    c->destroy(c);
+}
+
+#if defined(ILPD_CUDA) && !defined(CUDA_EMU)
+/* ---- `test_cuda --bench MODEL ...` (scripts/gpu-check.sh) ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One request on the GPU: N_PROMPT random tokens, then N_GEN greedy tokens
+ * (end-of-text does not stop it), under MASK; prints one JSON line with the
+ * time to first token, the generation speed, the bytes a generated token
+ * reads (computed layers' weights, the head, the KV cache at the mean
+ * position) and that speed's roofline at READ_GBS. 0 or -1. */
+static int bench_run(kb_backend *g, const model *m, const char *label, const uint8_t *mask, int n_prompt, int n_gen,
+                     kb_kv_type kt, double read_gbs) {
+    model_state st;
+    char err[256];
+    int rc = -1, layers = 0;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    float *logits = malloc(sizeof(float) * (size_t)m->n_vocab);
+    if (!tok || !logits) {
+        fprintf(stderr, "test_cuda --bench: out of host memory\n");
+        goto done;
+    }
+    if (model_state_init(&st, m, g, n_prompt + n_gen, n_prompt, mask, kt, err, sizeof err)) {
+        fprintf(stderr, "test_cuda --bench: %s\n", err);
+        goto done;
+    }
+    for (int i = 0; i < n_prompt; i++) tok[i] = (int32_t)(3 + next_u32() % (uint32_t)(m->n_vocab - 3));
+    size_t mem = kb_cuda_mem_used(g);
+    double t0 = now_s();
+    model_embed(m, g, &st, tok, n_prompt);
+    model_forward_layers(m, g, &st, n_prompt, 0, 0, m->n_layers);
+    model_logits(m, g, &st, n_prompt - 1, 1, logits);
+    int32_t t = argmax(logits, m->n_vocab);
+    double t1 = now_s();
+    for (int i = 0; i < n_gen; i++) {
+        model_embed(m, g, &st, &t, 1);
+        model_forward_layers(m, g, &st, 1, n_prompt + i, 0, m->n_layers);
+        model_logits(m, g, &st, 0, 1, logits);
+        t = argmax(logits, m->n_vocab);
+    }
+    double t2 = now_s();
+    double bytes = (double)m->output.nbytes + (double)m->output_norm.nbytes;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (mask && !mask[l]) continue;
+        layers++;
+        bytes += (double)m->layers[l].bytes +
+                 2.0 * (double)kb_kv_bytes(kt, 1, m->kv_dim) * ((double)n_prompt + n_gen / 2.0);
+    }
+    double tg = n_gen / (t2 - t1), roof = read_gbs * 1e9 / bytes;
+    printf("{\"what\":\"run\",\"mask\":\"%s\",\"layers\":%d,\"n_layers\":%d,\"prompt_tokens\":%d,\"ttft_ms\":%.1f,"
+           "\"prefill_tok_s\":%.1f,\"gen_tokens\":%d,\"gen_tok_s\":%.2f,\"bytes_per_token\":%.0f,\"roofline_tok_s\":%.2f,"
+           "\"roofline_ratio\":%.3f,\"kv_bytes\":%zu,\"mem_used_bytes\":%zu}\n",
+           label, layers, m->n_layers, n_prompt, (t1 - t0) * 1e3, n_prompt / (t1 - t0), n_gen, tg, bytes, roof,
+           tg / roof, st.kv_bytes, mem);
+    fflush(stdout);
+    model_state_free(&st, g);
+    rc = 0;
+done:
+    free(tok);
+    free(logits);
+    return rc;
+}
+
+/* Measures the device bandwidth, loads MODEL on the GPU, warms up, then
+ * runs full depth and each of the N_MASKS base64 masks. Exit status. */
+static int bench(const char *path, int n_prompt, int n_gen, int kv_f16, char **masks, int n_masks) {
+    char err[512];
+    double rd = 0, cp = 0;
+    size_t used = 0, total = 0;
+    if (kb_cuda_bandwidth(0, (size_t)4 << 30, &rd, &cp, &used, &total, err, sizeof err)) {
+        fprintf(stderr, "test_cuda --bench: %s\n", err);
+        return 1;
+    }
+    printf("{\"what\":\"bandwidth\",\"read_gbs\":%.1f,\"copy_gbs\":%.1f,\"mem_total_bytes\":%zu}\n", rd, cp, total);
+    kb_backend *g = kb_cuda_create(0, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "test_cuda --bench: %s\n", err);
+        return 1;
+    }
+    loaded_model lm;
+    int status = 1;
+    double t0 = now_s();
+    if (load(&lm, path, g)) goto out;
+    double load_s = now_s() - t0;
+    const model *m = &lm.m;
+    printf("{\"what\":\"load\",\"model\":\"%s\",\"device\":\"%s\",\"n_layers\":%d,\"weight_bytes\":%zu,\"load_s\":%.1f,"
+           "\"mem_used_bytes\":%zu}\n",
+           path, g->name, m->n_layers, m->weights_bytes, load_s, kb_cuda_mem_used(g));
+    kb_kv_type kt = kv_f16 ? KB_KV_F16 : KB_KV_F32;
+    if (bench_run(g, m, "warm-up", NULL, 64 < n_prompt ? 64 : n_prompt, 8, kt, rd)) goto out;
+    if (bench_run(g, m, "full", NULL, n_prompt, n_gen, kt, rd)) goto out;
+    for (int i = 0; i < n_masks; i++) {
+        uint8_t wire[MASK_WIRE_BYTES], mask[256];
+        if (mask_decode_b64_for(masks[i], strlen(masks[i]), m->n_layers, wire)) {
+            fprintf(stderr, "test_cuda --bench: --mask %s is not the base64 of 32 bytes of 0/1\n", masks[i]);
+            goto out;
+        }
+        mask_from_wire(wire, m->n_layers, mask);
+        if (bench_run(g, m, masks[i], mask, n_prompt, n_gen, kt, rd)) goto out;
+    }
+    status = 0;
+out:
+    unload(&lm, g);
+    g->destroy(g);
+    return status;
+}
+#endif
+
+/* test_cuda [--models A.gguf,B.gguf]: the checks (synthetic models with
+ * --models, as tests/t_cuda.sh runs them).
+ * test_cuda --bench MODEL [--prompt 2048] [--gen 128] [--kv-f16] [--mask B64]...:
+ * speed on a real GPU, JSON lines (scripts/gpu-check.sh). */
+int main(int argc, char **argv) {
+    const char *models = NULL;
+    const char *bench_model = NULL;
+    char *masks[8];
+    int n_masks = 0, n_prompt = 2048, n_gen = 128, kv_f16 = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--models") && v) models = argv[++i];
+        else if (!strcmp(argv[i], "--bench") && v) bench_model = argv[++i];
+        else if (!strcmp(argv[i], "--prompt") && v) n_prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gen") && v) n_gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mask") && v && n_masks < 8) masks[n_masks++] = argv[++i];
+        else if (!strcmp(argv[i], "--kv-f16")) kv_f16 = 1;
+        else {
+            fprintf(stderr, "usage: %s [--models A.gguf,B.gguf] | --bench MODEL [--prompt N] [--gen N] [--kv-f16] "
+                            "[--mask B64]...\n", argv[0]);
+            return 2;
+        }
+    }
+    if (bench_model) {
+#if defined(ILPD_CUDA) && !defined(CUDA_EMU)
+        if (n_prompt < 1 || n_gen < 1) {
+            fprintf(stderr, "test_cuda --bench: --prompt and --gen must be positive\n");
+            return 2;
+        }
+        return bench(bench_model, n_prompt, n_gen, kv_f16, masks, n_masks);
+#else
+        (void)n_masks;
+        (void)kv_f16;
+        (void)masks;
+        (void)n_prompt;
+        (void)n_gen;
+        fprintf(stderr, "test_cuda --bench: needs the real CUDA backend (built with nvcc, not the emulation)\n");
+        return 1;
+#endif
+    }
+    char err[512] = "";
+#ifdef CUDA_EMU
+    setenv("ILPD_CUDA_EMU_SMS", "16", 0); /* enough "SMs" that decode attention splits its positions */
+    CHECK(kb_cuda_emu_selftest(err, sizeof err) == 0, TAG ": host self-test of weight decoding and int8 dots %s", err);
+    kb_backend *g = kb_cuda_emu_create(0, err, sizeof err);
+    CHECK(g != NULL, TAG ": create the emulated backend %s", err);
+    if (g) {
+        run_all(g, models);
+        g->destroy(g);
+    }
+#else
+#ifdef ILPD_CUDA
+    if (!models)
+        CHECK(kb_cuda_selftest(err, sizeof err) == 0, TAG ": host self-test of weight decoding and int8 dots %s", err);
+#else
+    SKIP(TAG ": host self-test: built without CUDA (CUDA=0 or no nvcc)");
+#endif
+    err[0] = 0;
+    kb_backend *g = kb_cuda_create(0, err, sizeof err);
+    if (!g) {
+        CHECK(err[0] != 0, TAG ": kb_cuda_create fails cleanly without a usable GPU (\"%s\")", err);
+        SKIP(TAG ": no usable GPU on this machine (%s): device checks not run", err);
+    } else {
+        char e2[256] = "";
+        kb_backend *none = kb_cuda_create(999, e2, sizeof e2);
+        CHECK(none == NULL && e2[0], TAG ": device 999 is refused (\"%s\")", e2);
+        if (none) none->destroy(none);
+        printf("# %s\n", g->name);
+        run_all(g, models);
+        g->destroy(g);
+    }
+#endif
+    CHECK_DONE();
+}

@@ -12,9 +12,12 @@ SECONDS_EACH="${FUZZ_SECONDS:-60}"
 SHARED="${SHARED:-../shared}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 mkdir -p "$FUZZ_DIR/artifacts"
-# The tokenizer harness fuzzes SPM (stories260K) and, when the shared Llama 3
-# tokenizer is there, byte-level BPE converted by our own tool.
+# The tokenizer harness fuzzes SPM (stories260K, and Llama 2 when the shared
+# vocabulary is there) and, when the shared Llama 3 tokenizer is there,
+# byte-level BPE converted by our own tool.
 export FUZZ_SPM_GGUF="${FUZZ_SPM_GGUF:-$SHARED/models/stories260K/stories260K.gguf}"
+llama2="$SHARED/models/tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf"
+[ -z "${FUZZ_SPM2_GGUF:-}" ] && [ -f "$llama2" ] && export FUZZ_SPM2_GGUF="$llama2"
 llama3="$SHARED/models/tokenizers/llama3-bpe"
 if [ -z "${FUZZ_BPE_GGUF:-}" ] && [ -f "$llama3/tokenizer.json" ]; then
     [ -s "$FUZZ_DIR/llama3-vocab.gguf" ] || "$PYTHON" scripts/tokenizer_to_gguf.py "$llama3/tokenizer.json" \
@@ -32,7 +35,8 @@ for name in "$@"; do
     log="$FUZZ_DIR/$name.log"
     max_len=4096
     [ "$name" = gguf ] && max_len=65536
-    "$FUZZ_DIR/fuzz_$name" -max_total_time="$SECONDS_EACH" -max_len="$max_len" -print_final_stats=1 \
+    # -timeout: an input that takes 10 s is a hang, reported like a crash.
+    "$FUZZ_DIR/fuzz_$name" -max_total_time="$SECONDS_EACH" -max_len="$max_len" -timeout=10 -print_final_stats=1 \
         -artifact_prefix="$FUZZ_DIR/artifacts/$name-" "$work" "tests/fuzz/$name/corpus" >"$log" 2>&1
     rc=$?
     execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log")

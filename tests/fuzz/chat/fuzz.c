@@ -1,10 +1,12 @@
 /* fuzz.c (chat) - libFuzzer harness for the chat-template renderer
- * (engine/chat.c) and the template-family detector: the input is split at
- * NUL bytes into a template text, a system prompt and messages. As the
- * renderer's contract asks (the engine folds system turns and merges
- * consecutive ones), roles alternate from a user turn; the first byte picks
- * whether a final assistant turn is left open (prefill) and may force a
- * family. The last turn's text, trimmed, must appear in the output. */
+ * (engine/chat.c) and the template-family detector. Byte 0: bit 7 forces the
+ * family (byte 0 % 5) instead of detecting it; bits 0-1 pick the BOS/EOS
+ * texts (none, "<s>"/"</s>", "<|begin_of_text|>"/"<|eot_id|>"). The rest is
+ * split at NUL bytes into a template text, a system prompt and up to 16
+ * messages, each message's first byte giving its role (% 3: system, user,
+ * assistant), as the engine would pass them or not (the renderer must take
+ * any order). Checks: a string always comes back, and it holds the last
+ * user or assistant message's text (trimmed, as the templates trim). */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,31 +14,39 @@
 
 #include "chat.h"
 
+#define MAX_MSGS 16
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static const char *const bos_texts[] = {NULL, "<s>", "<|begin_of_text|>", ""};
+    static const char *const eos_texts[] = {NULL, "</s>", "<|eot_id|>", ""};
     if (size < 2) return 0;
-    char *buf = malloc(size + 1);
+    char *buf = malloc(size);
     if (!buf) return 0;
     memcpy(buf, data + 1, size - 1);
     buf[size - 1] = 0;
-    /* fields at NUL bytes: template, system, then up to 16 messages */
-    const char *field[18];
+    /* fields at NUL bytes: template, system, then the messages */
+    const char *field[MAX_MSGS + 2];
     int n = 0;
-    for (char *p = buf; n < 18 && p <= buf + size - 1;) {
+    for (char *p = buf; n < MAX_MSGS + 2 && p <= buf + size - 1;) {
         field[n++] = p;
         p += strlen(p) + 1;
     }
     chat_family fam = chat_family_detect(field[0]);
     if (data[0] & 0x80) fam = (chat_family)(data[0] % CHAT_FAMILY_COUNT);
-    chat_message msgs[16];
+    if (chat_family_parse(chat_family_name(fam)) != (int)fam) __builtin_trap();
+    chat_message msgs[MAX_MSGS];
     int n_msgs = 0;
     for (int i = 2; i < n; i++) {
-        msgs[n_msgs].role = n_msgs % 2 ? CHAT_ROLE_ASSISTANT : CHAT_ROLE_USER;
-        msgs[n_msgs].text = field[i];
+        static const chat_role roles[3] = {CHAT_ROLE_SYSTEM, CHAT_ROLE_USER, CHAT_ROLE_ASSISTANT};
+        const char *f = field[i];
+        msgs[n_msgs].role = roles[(unsigned char)f[0] % 3];
+        msgs[n_msgs].text = f[0] ? f + 1 : f;
         n_msgs++;
     }
-    if (n_msgs && !(data[0] & 1) && msgs[n_msgs - 1].role == CHAT_ROLE_ASSISTANT) n_msgs--; /* no prefill */
-    char *out = chat_render(fam, "<s>", "</s>", n > 1 ? field[1] : NULL, msgs, n_msgs);
-    if (out && n_msgs) {
+    const char *system = n > 1 ? field[1] : NULL;
+    char *out = chat_render(fam, bos_texts[data[0] & 3], eos_texts[data[0] & 3], system, msgs, n_msgs);
+    if (!out) __builtin_trap(); /* only out of memory gives NULL */
+    if (n_msgs && msgs[n_msgs - 1].role != CHAT_ROLE_SYSTEM) {
         const char *t = msgs[n_msgs - 1].text;
         size_t len = strlen(t);
         while (len && isspace((unsigned char)t[len - 1])) len--;

@@ -31,6 +31,10 @@
 #define ILPD_NS ilpd_cuda_emu
 #endif
 
+extern "C" {
+#include "cpu/quant.h" /* the host side of h2f / f2h */
+}
+
 namespace ILPD_NS {
 
 #ifndef ILPD_CUDA_EMU
@@ -124,7 +128,8 @@ static inline float fsub_rn(float a, float b) { return a - b; }
 
 #endif
 
-/* ---- conversions, the same on both sides (host versions bit-exact) ---- */
+/* ---- conversions, the same on both sides (the host uses the CPU backend's
+ * bit-exact ones) ---- */
 
 #if defined(__CUDA_ARCH__)
 #define KUNROLL _Pragma("unroll")
@@ -136,26 +141,7 @@ KHD float h2f(uint16_t h) {
 #ifdef __CUDA_ARCH__
     return __half2float(__ushort_as_half(h));
 #else
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else {
-            int e = -1;
-            do {
-                e++;
-                mant <<= 1;
-            } while (!(mant & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (mant << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return quant_f16_to_f32(h);
 #endif
 }
 
@@ -164,24 +150,7 @@ KHD uint16_t f2h(float f) {
 #ifdef __CUDA_ARCH__
     return __half_as_ushort(__float2half_rn(f));
 #else
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-    uint32_t mant = x & 0x7fffff;
-    if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
-    if (exp >= 31) return (uint16_t)(sign | 0x7c00);
-    if (exp <= 0) {
-        if (exp < -10) return (uint16_t)sign;
-        mant |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - exp);
-        uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t half = sign | ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
-    return (uint16_t)half;
+    return quant_f32_to_f16(f);
 #endif
 }
 

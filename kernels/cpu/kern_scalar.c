@@ -210,31 +210,11 @@ static void to_f16(uint16_t *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = quant_f32_to_f16(x[i]);
 }
 
-/* G query heads sharing one KV head (see cpu_internal.h). */
-static void attn(const float *q, int G, const void *k, const void *v, int f16, size_t stride, int npos, int hd,
-                      float scale, float *score, float *out) {
-    for (int g = 0; g < G; g++) {
-        float *sc = score + (size_t)g * npos;
-        const float *qg = q + (size_t)g * hd;
-        float mx = -INFINITY;
-        if (f16) {
-            for (int t = 0; t < npos; t++) sc[t] = dot_f16(qg, (const uint16_t *)k + t * stride, hd) * scale;
-        } else {
-            for (int t = 0; t < npos; t++) sc[t] = dot_f32(qg, (const float *)k + t * stride, hd) * scale;
-        }
-        for (int t = 0; t < npos; t++) mx = sc[t] > mx ? sc[t] : mx;
-        float inv = 1.0f / exp_sum(sc, npos, mx);
-        for (int t = 0; t < npos; t++) sc[t] *= inv;
-        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
-    }
-    for (int t = 0; t < npos; t++)
-        for (int g = 0; g < G; g++) {
-            if (f16)
-                axpy_f16(out + (size_t)g * hd, score[(size_t)g * npos + t], (const uint16_t *)v + t * stride, hd);
-            else
-                axpy_f32(out + (size_t)g * hd, score[(size_t)g * npos + t], (const float *)v + t * stride, hd);
-        }
-}
+#define KERN_TARGET
+#define KERN_ATTN attn
+#include "kern_attn.h"
+#undef KERN_TARGET
+#undef KERN_ATTN
 
 const cpu_kern cpu_kern_scalar = {
     .name = "scalar",

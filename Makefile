@@ -38,10 +38,19 @@ endif
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRCS),)
-  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
-  CFLAGS    += -DILPD_CUDA=1
-  CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRCS))
-  LIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+  # nvcc may be a wrapper script outside the toolkit (/usr/local/bin/nvcc), so
+  # the runtime libraries are looked for where toolkits install them.
+  CUDA_LIBDIR := $(firstword $(foreach d,$(patsubst %/bin/nvcc,%/lib64,$(NVCC)) \
+                   /usr/local/cuda/lib64 $(sort $(wildcard /usr/local/cuda-*/lib64)) \
+                   /usr/lib/x86_64-linux-gnu,$(if $(wildcard $(d)/libcudart.so),$(d))))
+  ifeq ($(CUDA_LIBDIR),)
+    $(warning nvcc found ($(NVCC)) but no libcudart.so: building without the CUDA backend)
+    NVCC :=
+  else
+    CFLAGS    += -DILPD_CUDA=1
+    CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRCS))
+    LIBS      += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublas -lstdc++
+  endif
   NVCCFLAGS := -O3 -std=c++17 -Iengine -Ikernels -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
                -Xcompiler -Wall,-Wextra,-Werror

@@ -73,91 +73,114 @@ static AI T512 float row_dot(int wt, const uint8_t *w, const float *x, int cols)
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-/* Prefill (n >= 4): the K dimension in blocks of KB. A panel of RG rows x
- * KB, converted to float once, stays in L1 while every tile of PT tokens
- * runs over it (4 rows at a time); the partial sums of each tile live in
- * ACC between blocks. */
-#define KB 512 /* a panel of RG rows x KB floats: 16 KiB, in L1 */
-#define PT 4   /* tokens per register tile: 4 rows x 4 tokens = 16 accumulators */
+/* Prefill (n >= 4) as outer products, 16 tokens per vector: the
+ * activations are transposed once per call into XT (k-major, tokens padded
+ * to NV vectors with zeros), so that one k step of a tile loads NV vectors of
+ * tokens and broadcasts R weights, with no horizontal sums. K runs in blocks
+ * of KB: a block of XT (KB x 64 tokens = 32 KiB) stays in L1 while every
+ * panel of R weight rows (converted to float once, PANEL) runs over it; each
+ * tile's sums live in ACC (rows x padded tokens) between blocks. */
+#define KB 128 /* k per block: the XT block must fit in L1 beside the panel */
+#define SG 64  /* rows whose sums stay in ACC while one XT block is hot */
 
-static AI T512 void ptile(int TT, const float *P, int kb, const float *x, int ldx, __m512 *acc, int first) {
-    __m512 a[4][PT];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < TT; j++) a[i][j] = first ? _mm512_setzero_ps() : acc[i * PT + j];
-    int k = 0;
-    for (; k + 16 <= kb; k += 16) {
-        __m512 wv[4];
-        for (int i = 0; i < 4; i++) wv[i] = _mm512_load_ps(P + i * KB + k);
-        for (int j = 0; j < TT; j++) {
-            __m512 xv = _mm512_loadu_ps(x + (size_t)j * ldx + k);
-            for (int i = 0; i < 4; i++) a[i][j] = _mm512_fmadd_ps(wv[i], xv, a[i][j]);
+static AI T512 void otile(int R, int NV, const float *P, const float *xt, int ldt, int kb, float *acc, int first) {
+    __m512 c[8][4];
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < NV; v++) c[i][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + i * ldt + v * 16);
+    for (int k = 0; k < kb; k++) {
+        __m512 xv[4];
+        for (int v = 0; v < NV; v++) xv[v] = _mm512_load_ps(xt + (size_t)k * ldt + v * 16);
+        for (int i = 0; i < R; i++) {
+            __m512 wv = _mm512_set1_ps(P[i * KB + k]);
+            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(wv, xv[v], c[i][v]);
         }
     }
-    if (k < kb) {
-        __mmask16 m = (__mmask16)((1u << (kb - k)) - 1);
-        __m512 wv[4];
-        for (int i = 0; i < 4; i++) wv[i] = _mm512_load_ps(P + i * KB + k); /* zero padded */
-        for (int j = 0; j < TT; j++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * ldx + k);
-            for (int i = 0; i < 4; i++) a[i][j] = _mm512_fmadd_ps(wv[i], xv, a[i][j]);
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < TT; j++) acc[i * PT + j] = a[i][j];
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < NV; v++) _mm512_store_ps(acc + i * ldt + v * 16, c[i][v]);
 }
 
-#define RG 8 /* rows whose panels share each tile of tokens */
+/* DST[k*ldd + i] = SRC[i*lds + k] for k < KN (<= 16) and i < 16, rows i >=
+ * N read as zeros: a 16 x 16 block transposed in registers (unpack, then
+ * shuffles within and across 128-bit lanes). */
+static AI T512 void transpose16(const float *src, size_t lds, int n, int kn, float *dst, size_t ldd) {
+    __mmask16 km = (__mmask16)(kn >= 16 ? 0xFFFF : (1u << kn) - 1);
+    __m512 r[16], t[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = i < n ? _mm512_maskz_loadu_ps(km, src + (size_t)i * lds) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) { /* u[j+m]: rows j..j+3, column m + 4 * lane */
+        u[j] = _mm512_shuffle_ps(t[j], t[j + 2], 0x44);
+        u[j + 1] = _mm512_shuffle_ps(t[j], t[j + 2], 0xEE);
+        u[j + 2] = _mm512_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        u[j + 3] = _mm512_shuffle_ps(t[j + 1], t[j + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88), v1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xDD);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88), w1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xDD);
+        __m512 col[4] = {_mm512_shuffle_f32x4(v0, w0, 0x88), _mm512_shuffle_f32x4(v1, w1, 0x88),
+                         _mm512_shuffle_f32x4(v0, w0, 0xDD), _mm512_shuffle_f32x4(v1, w1, 0xDD)};
+        for (int l = 0; l < 4; l++)
+            if (m + 4 * l < kn) _mm512_store_ps(dst + (size_t)(m + 4 * l) * ldd, col[l]);
+    }
+}
 
-#define SG 64 /* rows whose partial sums stay in ACC while a block of K of every token sits in L2 */
+/* One tile of R rows (4 or 8) x NV vectors of tokens: the register budget
+ * holds 4 x 4 or 8 x 2 accumulators, enough chains to keep both FMA pipes busy. */
+static AI T512 void otile_any(int R, int NV, const float *P, const float *xt, int ldt, int kb, float *acc, int first) {
+    if (R == 8) {
+        if (NV == 1) otile(8, 1, P, xt, ldt, kb, acc, first);
+        else otile(8, 2, P, xt, ldt, kb, acc, first);
+    } else {
+        switch (NV) {
+        case 1: otile(4, 1, P, xt, ldt, kb, acc, first); break;
+        case 2: otile(4, 2, P, xt, ldt, kb, acc, first); break;
+        case 3: otile(4, 3, P, xt, ldt, kb, acc, first); break;
+        default: otile(4, 4, P, xt, ldt, kb, acc, first); break;
+        }
+    }
+}
 
-/* Rows [0, rows4) in super-groups of SG: for each block of K, every panel of
- * the super-group runs over every tile of tokens, so the activation block
- * (n x KB floats) is read from L2 rather than L3 once per panel. */
-static AI T512 void mm_float_panel(int wt, const uint8_t *w, size_t rb, int rows4, const float *x, int ldx, int n,
-                                   int cols, float *out, int ldo, __m512 *accb) {
-    float P[RG * KB] __attribute__((aligned(64)));
+/* Rows [0, rows4) (rows4 % 4 == 0), 1 <= n <= 64 tokens; XT and ACC are scratch of
+ * cols x ldt and SG x ldt floats. */
+static AI T512 void mm_float_outer(int wt, const uint8_t *w, size_t rb, int rows4, const float *x, int ldx, int n,
+                                   int cols, float *out, int ldo, float *xt, float *acc) {
+    float P[8 * KB] __attribute__((aligned(64)));
     const size_t esz = wt == W_F32 ? 4 : 2;
-    int ntile = (n + PT - 1) / PT;
+    const int nv = (n + 15) / 16, ldt = nv * 16;
+    for (int t = 0; t < ldt; t += 16)
+        for (int k = 0; k < cols; k += 16)
+            transpose16(x + (size_t)t * ldx + k, ldx, n - t < 16 ? n - t : 16, cols - k < 16 ? cols - k : 16,
+                        xt + (size_t)k * ldt + t, ldt);
     for (int s0 = 0; s0 < rows4; s0 += SG) {
         int ns = rows4 - s0 < SG ? rows4 - s0 : SG;
         for (int k0 = 0; k0 < cols; k0 += KB) {
             int kb = cols - k0 < KB ? cols - k0 : KB;
-            for (int r0 = s0; r0 < s0 + ns; r0 += RG) {
-                int nr = s0 + ns - r0 < RG ? s0 + ns - r0 : RG;
-                for (int i = 0; i < nr; i++)
+            for (int r0 = s0; r0 < s0 + ns;) {
+                int R = nv <= 2 && s0 + ns - r0 >= 8 ? 8 : 4;
+                for (int i = 0; i < R; i++)
                     for (int k = 0; k < kb; k += 16) {
                         __mmask16 m = (__mmask16)(kb - k >= 16 ? 0xFFFF : (1u << (kb - k)) - 1);
                         _mm512_store_ps(P + i * KB + k, loadw_mask(wt, w + (size_t)(r0 + i) * rb, k0 + k, m));
                     }
-                { /* the weights of the next panel come from memory while this one computes */
-                    int last = r0 + RG >= s0 + ns;
-                    int nr0 = last ? (k0 + KB < cols ? s0 : s0 + SG) : r0 + RG, nk0 = last && k0 + KB < cols ? k0 + KB : k0;
-                    if (last && k0 + KB >= cols) nk0 = 0;
-                    int nrr = rows4 - nr0 < RG ? rows4 - nr0 : RG, nkb = cols - nk0 < KB ? cols - nk0 : KB;
+                { /* the next panel's weights come from memory while this one computes */
+                    int nr0 = r0 + R, nk0 = k0;
+                    if (nr0 >= s0 + ns) {
+                        nr0 = k0 + KB < cols ? s0 : s0 + SG;
+                        nk0 = k0 + KB < cols ? k0 + KB : 0;
+                    }
+                    int nrr = rows4 - nr0 < 8 ? rows4 - nr0 : 8, nkb = cols - nk0 < KB ? cols - nk0 : KB;
                     for (int i = 0; i < nrr; i++)
                         for (size_t l = 0; l < (size_t)nkb * esz; l += 64)
-                            _mm_prefetch((const char *)(w + (size_t)(nr0 + i) * rb + (size_t)nk0 * esz + l), _MM_HINT_T1);
+                            _mm_prefetch((const char *)(w + (size_t)(nr0 + i) * rb + (size_t)nk0 * esz + l), _MM_HINT_T0);
                 }
-                for (int tile = 0; tile < ntile; tile++) {
-                    int t = tile * PT, tt = n - t < PT ? n - t : PT;
-                    const float *xt = x + (size_t)t * ldx + k0;
-                    for (int i = 0; i < nr; i += 4) {
-                        __m512 *acc = accb + ((size_t)((r0 - s0 + i) / 4) * ntile + tile) * 4 * PT;
-                        switch (tt) {
-                        case 4: ptile(4, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
-                        case 3: ptile(3, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
-                        case 2: ptile(2, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
-                        default: ptile(1, P + i * KB, kb, xt, ldx, acc, k0 == 0); break;
-                        }
-                    }
-                }
+                otile_any(R, nv, P, xt + (size_t)k0 * ldt, ldt, kb, acc + (size_t)(r0 - s0) * ldt, k0 == 0);
+                r0 += R;
             }
         }
-        for (int i = 0; i < ns; i += 4)
-            for (int t = 0; t < n; t++)
-                for (int ii = 0; ii < 4; ii++)
-                    out[(size_t)t * ldo + s0 + i + ii] =
-                        _mm512_reduce_add_ps(accb[((size_t)(i / 4) * ntile + t / PT) * 4 * PT + ii * PT + t % PT]);
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < ns; r++) out[(size_t)t * ldo + s0 + r] = acc[(size_t)r * ldt + t];
     }
 }
 
@@ -167,12 +190,14 @@ static AI T512 void mm_float(int wt, const void *wv, size_t rb, int rows, const 
     const uint8_t *w = wv;
     int r = 0;
     if (n >= 4 && rows >= 4) {
-        size_t need = (size_t)(SG / 4) * ((n + PT - 1) / PT) * 4 * PT; /* 256 KiB for 64 tokens */
-        __m512 *accb = aligned_alloc(64, need * sizeof(__m512));
-        if (accb) {
+        size_t ldt = (size_t)(n < 64 ? n + 15 : 64) / 16 * 16;
+        float *xt = aligned_alloc(64, ((size_t)cols + SG) * ldt * sizeof(float));
+        if (xt) {
             r = rows / 4 * 4;
-            mm_float_panel(wt, w, rb, r, x, ldx, n, cols, out, ldo, accb);
-            free(accb);
+            for (int t = 0; t < n; t += 64)
+                mm_float_outer(wt, w, rb, r, x + (size_t)t * ldx, ldx, n - t < 64 ? n - t : 64, cols,
+                               out + (size_t)t * ldo, ldo, xt, xt + (size_t)cols * ldt);
+            free(xt);
         }
     }
     if (n == 1) { /* decode: one row at a time, one sequential memory stream, 4 chains */

@@ -78,7 +78,7 @@ typedef struct {
 
 static void test_float_mm(const isa *I) {
     static const int widths[] = {1, 5, 16, 17, 33, 64, 172, 255, 1100}; /* 1100: several k-blocks and a tail */
-    static const int tokens[] = {1, 2, 3, 4, 5, 9};
+    static const int tokens[] = {1, 2, 3, 4, 5, 9, 16, 17, 40, 64, 100}; /* prefill tiles of 16 tokens, 64 per pass */
     ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
     for (int ti = 0; ti < 3; ti++) {
         ggml_type t = types[ti];
@@ -86,7 +86,7 @@ static void test_float_mm(const isa *I) {
         double worst = 0;
         for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
             for (size_t ni = 0; ni < sizeof tokens / sizeof *tokens; ni++) {
-                int cols = widths[wi], n = tokens[ni], rows = cols == 1100 && n == 9 ? 150 : 7; /* 150: several row super-groups */
+                int cols = widths[wi], n = tokens[ni], rows = cols == 1100 && n == 9 ? 150 : n >= 9 ? 21 : 7; /* 150: several row super-groups; 21: 8-row tiles and tails */
                 uint8_t *w = make_weight(t, rows, cols);
                 float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
                 float *row = malloc(sizeof(float) * cols);
@@ -106,7 +106,7 @@ static void test_float_mm(const isa *I) {
                 free(out);
                 free(row);
             }
-        CHECK(worst < 1e-5, "%s: %s matmul, widths 1..1100, 1..9 tokens (worst relative error %.2g)", I->name,
+        CHECK(worst < 1e-5, "%s: %s matmul, widths 1..1100, 1..100 tokens (worst relative error %.2g)", I->name,
               ggml_type_name(t), worst);
     }
 }

@@ -157,6 +157,12 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
  * (n * n_vocab floats). Used by tests and tools. Returns 0 or -1. */
 int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t *mask, float *logits);
 
+/* Runs a short prompt through every layer and the output head, keeping
+ * nothing: called by an idle server now and then so that the first request
+ * after a quiet spell finds the weights' page mappings and the kernels'
+ * buffers as warm as the previous request left them. Returns 0 or -1. */
+int engine_warm(engine *e);
+
 /* Runs layers 0..k-1 over the prompt TOKENS and writes the probe's
  * PROBE_N_FEATURES features (probe/features.h) into FEATURES. Returns 0 or -1. */
 int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features);

@@ -24,6 +24,7 @@ void cfg_defaults(cfg *c) {
     c->ping_interval_ms = 1000;
     c->connection_timeout_s = 30;
     c->request_timeout_s = 60;
+    c->keep_warm_s = 20;
 }
 
 void cfg_free(cfg *c) {
@@ -44,7 +45,7 @@ void cfg_usage(void) {
             "                  [--strict-model] [--chat-template NAME] [--max-body-bytes N] [--layer-skip on|off]\n"
             "                  [--probe FILE] [--probe-dir DIR] [--hint-max-deviation 0.15] [--kv-f16]\n"
             "                  [--log-level debug|info|warn|error] [--shutdown-grace S] [--request-timeout S]\n"
-            "                  [--rate-limit-rpm N] [--rate-limit-burst N]\n"
+            "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S]\n"
             "Every option has a config-file key of the same name (dashes become underscores): see config/ilpd.conf.\n");
 }
 
@@ -106,6 +107,7 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
     INT_KEY("ping_interval_ms", ping_interval_ms, 50, 600000)
     INT_KEY("connection_timeout", connection_timeout_s, 1, 3600)
     INT_KEY("request_timeout", request_timeout_s, 1, 3600)
+    INT_KEY("keep_warm", keep_warm_s, 0, 86400)
     INT_KEY("rate_limit_rpm", rate_limit_rpm, 0, 1000000)
     INT_KEY("rate_limit_burst", rate_limit_burst, 0, 1000000)
     INT_KEY("test_kv_fail_request", test_kv_fail_request, 0, 1 << 30)

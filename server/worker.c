@@ -19,6 +19,7 @@ struct worker {
     pthread_cond_t wake;
     job *head, *tail, *running;
     int n_waiting, max, stop, ping_ms;
+    int keep_warm_s; /* idle seconds between warm-up passes; 0: none */
 };
 
 static double now_s(void) {
@@ -271,7 +272,25 @@ static void *worker_main(void *arg) {
     worker *w = arg;
     pthread_mutex_lock(&w->lock);
     for (;;) {
-        while (!w->head && !w->stop) pthread_cond_wait(&w->wake, &w->lock);
+        while (!w->head && !w->stop) {
+            if (w->keep_warm_s <= 0) {
+                pthread_cond_wait(&w->wake, &w->lock);
+                continue;
+            }
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += w->keep_warm_s;
+            if (pthread_cond_timedwait(&w->wake, &w->lock, &until) == ETIMEDOUT && !w->head && !w->stop) {
+                /* Quiet for keep_warm_s: run what a request runs, so that the
+                 * next one finds it warm. A job submitted meanwhile waits for
+                 * this one short pass. */
+                pthread_mutex_unlock(&w->lock);
+                double t0 = now_s();
+                if (engine_warm(w->e)) log_msg(LOG_WARN, "keep_warm", "the idle warm-up pass failed (out of memory)");
+                else log_msg(LOG_DEBUG, "keep_warm", "idle warm-up pass: %.1f ms", (now_s() - t0) * 1e3);
+                pthread_mutex_lock(&w->lock);
+            }
+        }
         if (w->stop && !w->head) break;
         job *j = w->head;
         w->head = j->next;
@@ -293,12 +312,13 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-worker *worker_start(engine *e, int queue_max, int ping_ms) {
+worker *worker_start(engine *e, int queue_max, int ping_ms, int keep_warm_s) {
     worker *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->e = e;
     w->max = queue_max;
     w->ping_ms = ping_ms;
+    w->keep_warm_s = keep_warm_s;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->wake, NULL);
     if (pthread_create(&w->thread, NULL, worker_main, w)) {

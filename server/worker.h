@@ -50,8 +50,10 @@ typedef struct job {
 typedef struct worker worker;
 
 /* Starts the worker thread over engine E with a queue of QUEUE_MAX jobs.
- * PING_MS: SSE pings during long prefills. Returns NULL on failure. */
-worker *worker_start(engine *e, int queue_max, int ping_ms);
+ * PING_MS: SSE pings during long prefills; KEEP_WARM_S: after that many idle
+ * seconds (and every as many after), one warm-up pass (engine_warm; 0: never).
+ * Returns NULL on failure. */
+worker *worker_start(engine *e, int queue_max, int ping_ms, int keep_warm_s);
 /* Stops the thread after the running job (queued jobs are cancelled). */
 void worker_stop(worker *w);
 /* Queues J (taking a reference). Returns 0, or -1 when the queue is full. */

@@ -3,7 +3,9 @@
 clients that vanish (mid-stream, while queued, mid-body), oversized headers,
 a client that trickles one byte a second, a simulated KV allocation failure,
 SIGTERM during a stream, 1,000 disconnects in a row without leaking
-connections, and the optional per-key rate limit."""
+connections, and the optional per-key rate limit. Also the idle warm-up
+passes (keep_warm): they run while nothing else does, change no answer and
+count as no request."""
 import json
 import os
 import signal
@@ -176,6 +178,24 @@ def rate_limit():
         s.stop()
 
 
+def keep_warm():
+    s = Server("--keep-warm", "1", "--log-level", "debug")
+    try:
+        first = s.json("POST", "/v1/messages", BODY)
+        time.sleep(2.7)
+        second = s.json("POST", "/v1/messages", BODY)
+        st, h, metrics = s.request("GET", "/metrics")
+        served = [l for l in metrics.decode().splitlines() if l.startswith("ilpd_prompt_tokens_total")]
+        check(first[0] == 200 and second[0] == 200 and first[2]["content"] == second[2]["content"],
+              "keep_warm: the answer after idle warm-up passes equals the one before", (first, second))
+        check(served and float(served[0].split()[-1]) == 2 * first[2]["usage"]["input_tokens"],
+              "keep_warm: the warm-up passes count no prompt tokens in the metrics", served)
+    finally:
+        rc, log = s.stop()
+    passes = [l for l in log.splitlines() if '"event":"keep_warm"' in l and "warm-up pass" in l]
+    check(len(passes) >= 2, "keep_warm: an idle server ran a warm-up pass every second (%d in 2.7 s)" % len(passes), log[-400:])
+
+
 def sigterm_mid_stream():
     s = Server("--shutdown-grace", "10")
     c = raw_post(s.port, dict(BODY, max_tokens=450, stream=True))
@@ -209,6 +229,7 @@ def main():
     vanishing_clients()
     slow_client()
     rate_limit()
+    keep_warm()
     sigterm_mid_stream()
     return 1 if check.failed else 0
 

@@ -160,6 +160,31 @@ static void free_tables(gguf_file *f) {
 }
 
 /* Parses the mapping f->map of f->map_size bytes into f. */
+static int name_cmp(const void *a, const void *b) {
+    const gguf_str *x = &(*(const gguf_tensor *const *)a)->name, *y = &(*(const gguf_tensor *const *)b)->name;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return memcmp(x->ptr, y->ptr, x->len);
+}
+
+/* Fails on two tensors of the same name: sorted, then neighbours compared,
+ * so that a file with a million tensors is checked in a blink rather than
+ * in a trillion comparisons. Returns 0 or -1. */
+static int check_unique_names(reader *r, const gguf_file *f) {
+    if (f->n_tensors < 2) return 0;
+    const gguf_tensor **by_name = malloc(f->n_tensors * sizeof *by_name);
+    if (!by_name) return fail(r, "out of memory");
+    for (uint64_t i = 0; i < f->n_tensors; i++) by_name[i] = &f->tensors[i];
+    qsort(by_name, f->n_tensors, sizeof *by_name, name_cmp);
+    for (uint64_t i = 1; i < f->n_tensors; i++)
+        if (!name_cmp(&by_name[i - 1], &by_name[i])) {
+            const gguf_str *n = &by_name[i]->name;
+            free(by_name);
+            return fail(r, "duplicate tensor '%.*s'", (int)n->len, n->ptr);
+        }
+    free(by_name);
+    return 0;
+}
+
 static int parse(gguf_file *f, char *err, size_t errlen) {
     reader r = {.p = f->map, .size = f->map_size, .err = err, .errlen = errlen, .name = f->path};
     uint32_t magic;
@@ -203,11 +228,8 @@ static int parse(gguf_file *f, char *err, size_t errlen) {
             return fail(&r, "tensor '%.*s' (offset %llu, %llu bytes) lies past the end of the file", (int)t->name.len,
                         t->name.ptr, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
         t->data = f->map + f->data_offset + t->offset;
-        for (uint64_t j = 0; j < i; j++)
-            if (f->tensors[j].name.len == t->name.len && !memcmp(f->tensors[j].name.ptr, t->name.ptr, t->name.len))
-                return fail(&r, "duplicate tensor '%.*s'", (int)t->name.len, t->name.ptr);
     }
-    return 0;
+    return check_unique_names(&r, f);
 }
 
 static gguf_file *file_new(const char *name, char *err, size_t errlen) {

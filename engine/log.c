@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -36,20 +37,30 @@ static void json_escape(FILE *out, const char *s) {
     }
 }
 
+/* Each line is formatted in memory and written with one write, so that no
+ * other writer to stderr (a library's own message) can land inside it. */
 void log_fields(log_level level, const char *event, const char *fields) {
     if (level < min_level) return;
     char ts[40];
     timestamp(ts, sizeof ts);
-    pthread_mutex_lock(&log_lock);
+    char *line = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&line, &len);
+    if (!out) return;
     if (plain_output) {
-        fprintf(stderr, "%s: %s %s\n", level_names[level], event, fields);
+        fprintf(out, "%s: %s %s\n", level_names[level], event, fields);
     } else {
-        fprintf(stderr, "{\"ts\":\"%s\",\"level\":\"%s\",\"event\":\"", ts, level_names[level]);
-        json_escape(stderr, event);
-        fprintf(stderr, "\"%s%s}\n", fields && *fields ? "," : "", fields ? fields : "");
+        fprintf(out, "{\"ts\":\"%s\",\"level\":\"%s\",\"event\":\"", ts, level_names[level]);
+        json_escape(out, event);
+        fprintf(out, "\"%s%s}\n", fields && *fields ? "," : "", fields ? fields : "");
     }
-    fflush(stderr);
-    pthread_mutex_unlock(&log_lock);
+    if (fclose(out) == 0) {
+        pthread_mutex_lock(&log_lock);
+        fwrite(line, 1, len, stderr);
+        fflush(stderr);
+        pthread_mutex_unlock(&log_lock);
+    }
+    free(line);
 }
 
 void log_msg(log_level level, const char *event, const char *fmt, ...) {

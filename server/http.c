@@ -10,6 +10,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,6 +461,17 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's own messages (a client gone mid-request, say) become log
+ * lines like ours, so that stderr stays one JSON object per line. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    log_msg(LOG_INFO, "http", "%s", msg);
+}
+
 struct MHD_Daemon *http_start(http_state *st, char *err, size_t errlen) {
     S = st;
     char port[16];
@@ -488,7 +500,8 @@ struct MHD_Daemon *http_start(http_state *st, char *err, size_t errlen) {
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, handler, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                                            NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                             MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
                                             conntrack_notify, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
                                             (unsigned)st->cfg->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, 512u,

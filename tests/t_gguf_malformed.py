@@ -94,6 +94,11 @@ def main():
     expect_refused("duplicate tensor",
                    handmade(n_tensors=2, infos=tensor_info("t", [4, 2], 0, 0) + tensor_info("t", [4, 2], 0, 32)),
                    "duplicate")
+    # A million tensors (the limit) with one duplicate at the end: refused
+    # at once (names are sorted; comparing every pair would take hours).
+    many = 1000000
+    infos = b"".join(tensor_info("t%d" % i, [1], 0, 0) for i in range(many - 1)) + tensor_info("t0", [1], 0, 0)
+    expect_refused("duplicate among a million tensors", handmade(n_tensors=many, infos=infos), "duplicate tensor 't0'")
 
     # A real model truncated at many offsets: the header, the tables, the data.
     model = os.path.join(TMP, "trunc-base.gguf")

@@ -156,6 +156,13 @@ def slow_client():
     finally:
         rc, log = s.stop()
     check("request_timeout" in log, "the deadline is logged", log[-300:])
+    bad = []
+    for line in log.splitlines():
+        try:
+            json.loads(line)
+        except ValueError:
+            bad.append(line)
+    check(not bad, "stderr stays one JSON object per line when a client is cut off (libmicrohttpd's messages included)", bad[:3])
 
 
 def rate_limit():

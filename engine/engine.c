@@ -353,22 +353,12 @@ int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t
 
 int engine_warm(engine *e) {
     enum { WARM_TOKENS = 8 }; /* a prefill, so the multi-token kernels run too */
-    model_state st;
-    char err[256];
-    const model *m = &e->model;
     int n = e->info.n_ctx < WARM_TOKENS ? e->info.n_ctx : WARM_TOKENS;
     int32_t tokens[WARM_TOKENS] = {0};
-    float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
-    if (!logits || model_state_init(&st, m, e->kb, n, n, NULL, e->kv_type, err, sizeof err)) {
-        free(logits);
-        return -1;
-    }
-    model_embed(m, e->kb, &st, tokens, n);
-    model_forward_layers(m, e->kb, &st, n, 0, 0, m->n_layers);
-    model_logits(m, e->kb, &st, n - 1, 1, logits);
-    model_state_free(&st, e->kb);
+    float *logits = malloc((size_t)n * e->model.n_vocab * sizeof *logits);
+    int rc = logits ? engine_forward_logits(e, tokens, n, NULL, logits) : -1;
     free(logits);
-    return 0;
+    return rc;
 }
 
 static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }

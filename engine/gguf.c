@@ -159,7 +159,6 @@ static void free_tables(gguf_file *f) {
     f->tensors = NULL;
 }
 
-/* Parses the mapping f->map of f->map_size bytes into f. */
 static int name_cmp(const void *a, const void *b) {
     const gguf_str *x = &(*(const gguf_tensor *const *)a)->name, *y = &(*(const gguf_tensor *const *)b)->name;
     if (x->len != y->len) return x->len < y->len ? -1 : 1;
@@ -185,6 +184,7 @@ static int check_unique_names(reader *r, const gguf_file *f) {
     return 0;
 }
 
+/* Parses the mapping f->map of f->map_size bytes into f. */
 static int parse(gguf_file *f, char *err, size_t errlen) {
     reader r = {.p = f->map, .size = f->map_size, .err = err, .errlen = errlen, .name = f->path};
     uint32_t magic;

@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     const char *model, *data, *out, *probe_path, *json_out, *plot, *ppl_text;
     float target, floor, exact_share; /* exact_share > 0: labels need identical answers (see cli_calibrate) */
-    int n_gen, n_threads, json, max_prompts, ctx;
+    int n_gen, n_threads, json, max_prompts, ctx, beam;
     double holdout;
     unsigned long long seed;
 } probe_opts;
@@ -273,6 +273,161 @@ static int score_probe(engine *e, const probe *p, sample *s, const int *idx, int
     return 0;
 }
 
+/* A partial ranking in the beam search of rank_candidates. */
+typedef struct {
+    int order[ENGINE_MAX_LAYERS];  /* the candidates, the first `depth` of them ranked */
+    int n_alive[ENGINE_MAX_LAYERS]; /* prompts within the target after each rank */
+    long mass;                      /* sum over prompts of the ranks they survived */
+    long usable;                    /* sum over classes of size x ranks it kept its share */
+    uint64_t removed;               /* bit c: candidate c is ranked */
+    uint8_t *alive;                 /* per calibration prompt: within the target so far */
+} rank_state;
+
+static int rank_state_better(const rank_state *a, const rank_state *b) {
+    return a->usable > b->usable || (a->usable == b->usable && a->mass > b->mass);
+}
+
+/* Copies A's ranking and survivors into B (B keeps its own alive buffer). */
+static void rank_state_copy(rank_state *b, const rank_state *a, int n_cal) {
+    uint8_t *keep = b->alive;
+    *b = *a;
+    b->alive = keep;
+    memcpy(b->alive, a->alive, (size_t)n_cal);
+}
+
+/* Orders CAND[0..n_cand) from the first to the last layer to remove, on the
+ * calibration samples S[0..n_cal): each prompt keeps its answer (agreement
+ * >= TARGET of its answer tokens) for some prefix of the ranking. The probe
+ * tells prompt classes apart far better than prompts within a class, so
+ * what it can use is, per class, the depth to which SHARE of the class
+ * keeps its answer: a beam search (width BEAM) maximises the sum of
+ * those depths weighted by class size, then the total of all prompts'
+ * prefixes (with SHARE 0 only the latter counts). Each removal set is
+ * measured as the nested mask the probe will use: layers harmless alone
+ * can be harmful together, and the layer that keeps most answers at the
+ * first step may cost the prompts that could have gone much further. A
+ * prompt that lost its answer is not measured again. CLS[i] is the class
+ * of prompt i (0..n_cls). STEP_ALIVE[r] gets the share of prompts still
+ * within the target with ranks 0..r removed. Deterministic; 0 or -1. */
+static int rank_candidates(engine *e, const sample *s, const int *cls, int n_cls, int n_cal, double target,
+                           double share, int beam_width, int *cand, int n_cand, float *logits, double *step_alive) {
+    const engine_info *in = engine_get_info(e);
+    int n_states = beam_width * (n_cand + 1), rc = -1, n_beam = 1;
+    rank_state *beam = calloc((size_t)n_states, sizeof *beam), *next = beam + beam_width;
+    int *by_score = malloc((size_t)n_states * sizeof *by_score);
+    uint8_t *pool = malloc((size_t)n_states * (size_t)n_cal);
+    int *cls_size = calloc((size_t)n_cls, sizeof *cls_size), *cls_alive = calloc((size_t)n_cls, sizeof *cls_alive);
+    if (!beam || !by_score || !pool || !cls_size || !cls_alive) goto done;
+    for (int i = 0; i < n_cal; i++) cls_size[cls[i]]++;
+    for (int i = 0; i < n_states; i++) beam[i].alive = pool + (size_t)i * n_cal;
+    memcpy(beam[0].order, cand, (size_t)n_cand * sizeof *cand);
+    memset(beam[0].alive, 1, (size_t)n_cal);
+    for (int depth = 0; depth < n_cand; depth++) {
+        int n_next = 0;
+        for (int b = 0; b < n_beam; b++)
+            for (int c = depth; c < n_cand; c++) {
+                rank_state *t = &next[n_next];
+                rank_state_copy(t, &beam[b], n_cal);
+                t->order[depth] = beam[b].order[c];
+                t->order[c] = beam[b].order[depth];
+                t->removed |= 1ull << (t->order[depth] - cand[0]);
+                uint8_t mask[ENGINE_MAX_LAYERS];
+                full_mask(in, mask);
+                for (int r = 0; r <= depth; r++) mask[t->order[r]] = 0;
+                t->n_alive[depth] = 0;
+                memset(cls_alive, 0, (size_t)n_cls * sizeof *cls_alive);
+                for (int i = 0; i < n_cal; i++) {
+                    int agree, n_ans = s[i].n_seq - s[i].n_prompt;
+                    if (!t->alive[i]) continue;
+                    if (masked_agreement(e, &s[i], mask, logits, &agree)) goto done;
+                    t->alive[i] = agree >= target * n_ans - 1e-9;
+                    t->n_alive[depth] += t->alive[i];
+                    cls_alive[cls[i]] += t->alive[i];
+                }
+                t->mass += t->n_alive[depth];
+                for (int j = 0; j < n_cls; j++)
+                    if (cls_alive[j] >= share * cls_size[j] - 1e-9) t->usable += cls_size[j];
+                /* The same set reached in another order: keep the better. */
+                int dup = -1;
+                for (int j = 0; j < n_next && dup < 0; j++)
+                    if (next[j].removed == t->removed) dup = j;
+                if (dup < 0) n_next++;
+                else if (rank_state_better(t, &next[dup])) rank_state_copy(&next[dup], t, n_cal);
+            }
+        for (int a = 0; a < n_next; a++) { /* insertion sort, stable: deterministic */
+            by_score[a] = a;
+            for (int b = a; b > 0 && rank_state_better(&next[by_score[b]], &next[by_score[b - 1]]); b--) {
+                int t = by_score[b];
+                by_score[b] = by_score[b - 1];
+                by_score[b - 1] = t;
+            }
+        }
+        n_beam = n_next < beam_width ? n_next : beam_width;
+        for (int b = 0; b < n_beam; b++) rank_state_copy(&beam[b], &next[by_score[b]], n_cal);
+    }
+    memcpy(cand, beam[0].order, (size_t)n_cand * sizeof *cand);
+    for (int r = 0; r < n_cand; r++) step_alive[r] = (double)beam[0].n_alive[r] / n_cal;
+    rc = 0;
+done:
+    free(beam);
+    free(by_score);
+    free(pool);
+    free(cls_size);
+    free(cls_alive);
+    return rc;
+}
+
+/* Scores the probe P on the calibration samples S[0..n_cal) class by class
+ * (CLS[i] in 0..n_cls): the first class that misses TARGET agreement or
+ * SHARE of its answers identical, n_cls when none does, -1 on error. *ALL
+ * gets the totals. */
+static int probe_missing_class(engine *e, const probe *p, sample *s, const int *cls, int n_cls, int n_cal,
+                               double target, double share, float *logits, split_score *all) {
+    int *idx = malloc((size_t)n_cal * sizeof *idx), missing = n_cls;
+    if (!idx) return -1;
+    memset(all, 0, sizeof *all);
+    for (int j = 0; j < n_cls; j++) {
+        int m = 0;
+        split_score sc;
+        for (int i = 0; i < n_cal; i++)
+            if (cls[i] == j) idx[m++] = i;
+        if (!m) continue;
+        if (score_probe(e, p, s, idx, m, logits, &sc)) {
+            free(idx);
+            return -1;
+        }
+        if (missing == n_cls && !(sc.agree_tokens >= target * sc.total_tokens - 1e-9 && sc.exact >= share * sc.n - 1e-9))
+            missing = j;
+        all->agree_tokens += sc.agree_tokens;
+        all->total_tokens += sc.total_tokens;
+        all->skipped += sc.skipped;
+        all->decided += sc.decided;
+        all->n += sc.n;
+        all->exact += sc.exact;
+    }
+    free(idx);
+    return missing;
+}
+
+/* The name of class C among S[0..n) numbered by classes_number. */
+static const char *class_name(const sample *s, const int *cls, int n, int c) {
+    for (int i = 0; i < n; i++)
+        if (cls[i] == c) return s[i].spec->cls;
+    return "?";
+}
+
+/* Numbers the classes of S[0..n) in order of appearance into CLS; returns how many. */
+static int classes_number(const sample *s, int n, int *cls) {
+    int n_cls = 0;
+    for (int i = 0; i < n; i++) {
+        cls[i] = -1;
+        for (int j = 0; j < i && cls[i] < 0; j++)
+            if (!strcmp(s[j].spec->cls, s[i].spec->cls)) cls[i] = cls[j];
+        if (cls[i] < 0) cls[i] = n_cls++;
+    }
+    return n_cls;
+}
+
 static int parse_probe_args(int argc, char **argv, probe_opts *o) {
     memset(o, 0, sizeof *o);
     o->target = 0.99f;
@@ -280,6 +435,7 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
     o->n_gen = 32;
     o->holdout = 0.25;
     o->seed = 1;
+    o->beam = 8;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = strcmp(a, "--json") && strcmp(a, "-h");
@@ -300,6 +456,7 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
         else if (!strcmp(a, "-t")) o->n_threads = atoi(v);
         else if (!strcmp(a, "-c")) o->ctx = atoi(v);
         else if (!strcmp(a, "--max-prompts")) o->max_prompts = atoi(v);
+        else if (!strcmp(a, "--beam")) o->beam = atoi(v);
         else if (!strcmp(a, "--holdout")) o->holdout = strtod(v, NULL);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--json")) o->json = 1;
@@ -314,8 +471,8 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
         return -1;
     }
     if (!(o->target > 0 && o->target <= 1) || o->n_gen < 1 || !(o->holdout > 0 && o->holdout < 1) ||
-        !(o->exact_share >= 0 && o->exact_share <= 1)) {
-        fprintf(stderr, "ilpd: --target-agreement in (0,1], --exact-share in [0,1], -n >= 1, --holdout in (0,1)\n");
+        !(o->exact_share >= 0 && o->exact_share <= 1) || o->beam < 1 || o->beam > 64) {
+        fprintf(stderr, "ilpd: --target-agreement in (0,1], --exact-share in [0,1], -n >= 1, --holdout in (0,1), --beam in 1..64\n");
         return -1;
     }
     return 0;
@@ -349,7 +506,8 @@ int cli_calibrate(int argc, char **argv) {
     sample *s = calloc((size_t)n_specs, sizeof *s);
     int *order = malloc((size_t)n_specs * sizeof *order);
     float *logits = NULL, *z = NULL, *y = NULL;
-    double *kl_sum = NULL;
+    double *step_alive = NULL;
+    int *cls = NULL, *idx = NULL;
     probe pr;
     memset(&pr, 0, sizeof pr);
     if (!e || !s || !order) goto done;
@@ -374,41 +532,26 @@ int cli_calibrate(int argc, char **argv) {
     fprintf(stderr, "calibrate: %d prompts (%d calibration, %d held out), %d layers, k=%d, %.1f s\n", n, n_cal, n_hold, L, k,
             now_s() - t0);
 
-    /* Rank the candidates by how much their removal alone changes the
-     * answer on the calibration split: fewest disagreements first. */
+    /* Rank the candidates (see rank_candidates). */
     int cand[ENGINE_MAX_LAYERS], n_cand = 0;
     for (int l = k; l < L - 1; l++) cand[n_cand++] = l;
-    kl_sum = calloc((size_t)(n_cand ? n_cand : 1), sizeof *kl_sum);
-    if (!kl_sum) goto done;
-    for (int c = 0; c < n_cand; c++) {
-        uint8_t mask[ENGINE_MAX_LAYERS];
-        full_mask(in, mask);
-        mask[cand[c]] = 0;
-        for (int i = 0; i < n_cal; i++) {
-            int agree;
-            if (masked_agreement(e, &s[i], mask, logits, &agree)) goto done;
-            kl_sum[c] += (double)(s[i].n_seq - s[i].n_prompt - agree) / (s[i].n_seq - s[i].n_prompt);
-        }
-    }
-    for (int a = 0; a < n_cand; a++) /* insertion sort: stable, deterministic */
-        for (int b = a; b > 0 && kl_sum[b] < kl_sum[b - 1]; b--) {
-            double t = kl_sum[b];
-            kl_sum[b] = kl_sum[b - 1];
-            kl_sum[b - 1] = t;
-            int tc = cand[b];
-            cand[b] = cand[b - 1];
-            cand[b - 1] = tc;
-        }
     if (n_cand > PROBE_MAX_CANDIDATES) n_cand = PROBE_MAX_CANDIDATES;
-    fprintf(stderr, "calibrate: ranking (layer: single-removal disagreement):");
-    for (int c = 0; c < n_cand; c++) fprintf(stderr, " %d:%.3f", cand[c], kl_sum[c] / n_cal);
+    double label_target = o.exact_share > 0 ? 1.0 : o.target;
+    step_alive = calloc((size_t)(n_cand ? n_cand : 1), sizeof *step_alive);
+    cls = malloc((size_t)n * sizeof *cls);
+    if (!cls) goto done;
+    int n_cls = classes_number(s, n, cls);
+    if (!step_alive || rank_candidates(e, s, cls, n_cls, n_cal, label_target, o.exact_share, o.beam, cand, n_cand, logits,
+                                       step_alive))
+        goto done;
+    fprintf(stderr, "calibrate: ranking (layer: share of calibration answers within the target with it and all before it removed):");
+    for (int c = 0; c < n_cand; c++) fprintf(stderr, " %d:%.3f", cand[c], step_alive[c]);
     fprintf(stderr, "  (%.1f s)\n", now_s() - t0);
 
     /* Label each prompt with the longest prefix of the ranking it can drop
      * within the target (binary search; agreement falls as layers go). With
      * --exact-share the label must keep every answer token: teacher-forced
      * top-1 agreement on the whole answer means the same greedy answer. */
-    double label_target = o.exact_share > 0 ? 1.0 : o.target;
     for (int i = 0; i < n; i++) {
         int lo = 0, hi = n_cand;
         while (lo < hi) {
@@ -421,6 +564,18 @@ int cli_calibrate(int argc, char **argv) {
             else hi = mid - 1;
         }
         s[i].label = lo;
+    }
+    /* What a perfect predictor could skip: the mean label per class. */
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = !strcmp(s[j].spec->cls, s[i].spec->cls);
+        if (seen) continue;
+        double sum = 0;
+        int cnt = 0;
+        for (int j = i; j < n; j++)
+            if (!strcmp(s[j].spec->cls, s[i].spec->cls)) sum += s[j].label, cnt++;
+        fprintf(stderr, "calibrate: class %s: %d prompts, labels allow %.2f of %d candidates skipped on average\n",
+                s[i].spec->cls, cnt, sum / cnt, n_cand);
     }
 
     /* Standardise the features on the calibration split and fit one
@@ -450,22 +605,26 @@ int cli_calibrate(int argc, char **argv) {
         fit_logistic(z, y, n_cal, pr.w[c], &pr.b[c]);
     }
 
-    /* Pick the threshold that skips most while the calibration split keeps
-     * the target agreement (and, with --exact-share, that share of answers
-     * identical); none at all (threshold 0) when none does. */
+    /* Pick the threshold that skips most while every class of the
+     * calibration split keeps the target agreement (and, with
+     * --exact-share, that share of its answers identical); none at all
+     * (threshold 0) when none does. */
     static const float thresholds[] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.45f, 0.4f, 0.35f, 0.3f, 0.25f,
                                        0.2f, 0.175f, 0.15f, 0.125f, 0.1f, 0.075f, 0.05f, 0.02f};
-    int idx[4096];
-    for (int i = 0; i < n && i < 4096; i++) idx[i] = i;
+    idx = malloc((size_t)n * sizeof *idx);
+    if (!idx) goto done;
+    for (int i = 0; i < n; i++) idx[i] = i;
     split_score cal = {0}, hold = {0};
     pr.threshold = 0;
     for (size_t t = 0; t < sizeof thresholds / sizeof *thresholds; t++) {
         pr.threshold = thresholds[t];
-        if (score_probe(e, &pr, s, idx, n_cal, logits, &cal)) goto done;
+        int missing = probe_missing_class(e, &pr, s, cls, n_cls, n_cal, o.target, o.exact_share, logits, &cal);
+        if (missing < 0) goto done;
         fprintf(stderr,
-                "calibrate: threshold %.2f: calibration agreement %.4f, %.1f%% answers identical, %.2f layers skipped per prompt\n",
-                pr.threshold, cal.agree_tokens / cal.total_tokens, 100.0 * cal.exact / cal.n, cal.skipped / cal.n);
-        if (cal.agree_tokens / cal.total_tokens >= o.target && cal.exact >= o.exact_share * cal.n - 1e-9) break;
+                "calibrate: threshold %.2f: calibration agreement %.4f, %.1f%% answers identical, %.2f layers skipped per prompt%s%s\n",
+                pr.threshold, cal.agree_tokens / cal.total_tokens, 100.0 * cal.exact / cal.n, cal.skipped / cal.n,
+                missing < n_cls ? "; misses the target on class " : "", missing < n_cls ? class_name(s, cls, n, missing) : "");
+        if (missing == n_cls) break;
         pr.threshold = 0;
     }
     if (pr.threshold == 0 && score_probe(e, &pr, s, idx, n_cal, logits, &cal)) goto done;
@@ -495,12 +654,12 @@ int cli_calibrate(int argc, char **argv) {
     cJSON_AddNumberToObject(m, "skip_rate_held_out", hold_skip);
     cJSON_AddNumberToObject(m, "agreement_calibration", cal.agree_tokens / cal.total_tokens);
     cJSON_AddNumberToObject(m, "agreement_held_out", hold.agree_tokens / hold.total_tokens);
-    cJSON *rank = cJSON_AddArrayToObject(m, "single_removal_disagreement");
+    cJSON *rank = cJSON_AddArrayToObject(m, "ranking");
     for (int c = 0; rank && c < n_cand; c++) {
         cJSON *r = cJSON_CreateObject();
         if (!r) break;
         cJSON_AddNumberToObject(r, "layer", cand[c]);
-        cJSON_AddNumberToObject(r, "disagreement", kl_sum[c] / n_cal);
+        cJSON_AddNumberToObject(r, "within_target_removed_with_previous", step_alive[c]);
         cJSON_AddItemToArray(rank, r);
     }
     pr.metrics_json = cJSON_PrintUnformatted(m);
@@ -519,7 +678,9 @@ done:
     free(logits);
     free(z);
     free(y);
-    free(kl_sum);
+    free(step_alive);
+    free(cls);
+    free(idx);
     probe_free(&pr);
     engine_close(e);
     specs_free(specs, n_specs);

@@ -539,9 +539,9 @@ int cli_calibrate(int argc, char **argv) {
     double label_target = o.exact_share > 0 ? 1.0 : o.target;
     step_alive = calloc((size_t)(n_cand ? n_cand : 1), sizeof *step_alive);
     cls = malloc((size_t)n * sizeof *cls);
-    if (!cls) goto done;
+    if (!step_alive || !cls) goto done;
     int n_cls = classes_number(s, n, cls);
-    if (!step_alive || rank_candidates(e, s, cls, n_cls, n_cal, label_target, o.exact_share, o.beam, cand, n_cand, logits,
+    if (rank_candidates(e, s, cls, n_cls, n_cal, label_target, o.exact_share, o.beam, cand, n_cand, logits,
                                        step_alive))
         goto done;
     fprintf(stderr, "calibrate: ranking (layer: share of calibration answers within the target with it and all before it removed):");
@@ -566,16 +566,13 @@ int cli_calibrate(int argc, char **argv) {
         s[i].label = lo;
     }
     /* What a perfect predictor could skip: the mean label per class. */
-    for (int i = 0; i < n; i++) {
-        int seen = 0;
-        for (int j = 0; j < i && !seen; j++) seen = !strcmp(s[j].spec->cls, s[i].spec->cls);
-        if (seen) continue;
+    for (int c = 0; c < n_cls; c++) {
         double sum = 0;
         int cnt = 0;
-        for (int j = i; j < n; j++)
-            if (!strcmp(s[j].spec->cls, s[i].spec->cls)) sum += s[j].label, cnt++;
+        for (int i = 0; i < n; i++)
+            if (cls[i] == c) sum += s[i].label, cnt++;
         fprintf(stderr, "calibrate: class %s: %d prompts, labels allow %.2f of %d candidates skipped on average\n",
-                s[i].spec->cls, cnt, sum / cnt, n_cand);
+                class_name(s, cls, n, c), cnt, sum / cnt, n_cand);
     }
 
     /* Standardise the features on the calibration split and fit one

@@ -37,6 +37,8 @@ typedef struct {
     const char *probe_path;    /* a probe file to use, or NULL to search probe_dir */
     const char *probe_dir;     /* folder of probe files (*.json) matched by the model's SHA-256, or NULL */
     float hint_max_deviation;  /* fraction of layers a hint may change (design §3; 0.15) */
+    int probe_k;               /* layers before the probe reads its features, when no probe file sets it
+                                  (calibration); 0: probe_default_k */
     int kv_fail_request;       /* testing: the KV allocation of the N-th generation fails (0: never) */
 } engine_params;
 

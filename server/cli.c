@@ -38,6 +38,7 @@ static int usage(void) {
             "                 [-n ANSWER_TOKENS] [--holdout 0.25] [--max-prompts N] [--confidence-floor 0.4]\n"
             "                 [--exact-share S]   (labels keep answers identical; S of each class must stay so)\n"
             "                 [--beam 8]          (width of the search that orders the candidate layers)\n"
+            "                 [-k K]              (layers before the probe reads its features; default 3)\n"
             "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--plot FILE.png]\n"
             "                [--ppl-text FILE]\n"
             "  ilpd bench    -m MODEL [-t N] [-p 128] [-n 128] [--layer-mask BASE64] [--json]\n"

@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     const char *model, *data, *out, *probe_path, *json_out, *plot, *ppl_text;
     float target, floor, exact_share; /* exact_share > 0: labels need identical answers (see cli_calibrate) */
-    int n_gen, n_threads, json, max_prompts, ctx, beam;
+    int n_gen, n_threads, json, max_prompts, ctx, beam, k; /* k: 0 = the model's default */
     double holdout;
     unsigned long long seed;
 } probe_opts;
@@ -457,6 +457,7 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
         else if (!strcmp(a, "-c")) o->ctx = atoi(v);
         else if (!strcmp(a, "--max-prompts")) o->max_prompts = atoi(v);
         else if (!strcmp(a, "--beam")) o->beam = atoi(v);
+        else if (!strcmp(a, "-k")) o->k = atoi(v);
         else if (!strcmp(a, "--holdout")) o->holdout = strtod(v, NULL);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--json")) o->json = 1;
@@ -471,8 +472,8 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
         return -1;
     }
     if (!(o->target > 0 && o->target <= 1) || o->n_gen < 1 || !(o->holdout > 0 && o->holdout < 1) ||
-        !(o->exact_share >= 0 && o->exact_share <= 1) || o->beam < 1 || o->beam > 64) {
-        fprintf(stderr, "ilpd: --target-agreement in (0,1], --exact-share in [0,1], -n >= 1, --holdout in (0,1), --beam in 1..64\n");
+        !(o->exact_share >= 0 && o->exact_share <= 1) || o->beam < 1 || o->beam > 64 || o->k < 0) {
+        fprintf(stderr, "ilpd: --target-agreement in (0,1], --exact-share in [0,1], -n >= 1, --holdout in (0,1), --beam in 1..64, -k >= 1\n");
         return -1;
     }
     return 0;
@@ -480,7 +481,8 @@ static int parse_probe_args(int argc, char **argv, probe_opts *o) {
 
 static engine *probe_engine(const probe_opts *o, int with_probe) {
     engine_params p = {.model_path = o->model, .n_threads = o->n_threads, .n_ctx = o->ctx,
-                       .device = ENGINE_DEVICE_CPU, .layer_skip = with_probe, .probe_path = with_probe ? o->probe_path : NULL};
+                       .device = ENGINE_DEVICE_CPU, .layer_skip = with_probe, .probe_path = with_probe ? o->probe_path : NULL,
+                       .probe_k = o->k};
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
     if (!e) fprintf(stderr, "ilpd: %s\n", err);
@@ -513,6 +515,10 @@ int cli_calibrate(int argc, char **argv) {
     if (!e || !s || !order) goto done;
     const engine_info *in = engine_get_info(e);
     int L = in->n_layers, k = in->probe_k;
+    if (o.k && o.k != k) {
+        fprintf(stderr, "ilpd: -k %d: this model has %d layers, so K must be in 1..%d\n", o.k, L, L - 2);
+        goto done;
+    }
     logits = malloc((size_t)in->n_ctx * in->n_vocab * sizeof *logits);
     if (!logits) goto done;
     shuffle(order, n_specs, o.seed);

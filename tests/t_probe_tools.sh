@@ -15,7 +15,12 @@ mkdir -p "$T"
 # 2 prompts of each class, 8 answer tokens and a narrow search keep the test short (ASan runs it too).
 for c in classify yesno story; do grep "\"class\": \"$c\"" "$T/calibrate.jsonl" | head -2; done > "$T/cal.jsonl"
 
-cal() { "$ILPD" calibrate -m "$M" --data "$T/cal.jsonl" -o "$1" -n 8 --exact-share 1 --holdout 0.25 --beam 2 --seed "$2" 2>"$1.log" >"$1.out"; }
+cal() { # OUT SEED [OPTION...]
+    local out=$1 seed=$2
+    shift 2
+    "$ILPD" calibrate -m "$M" --data "$T/cal.jsonl" -o "$out" -n 8 --exact-share 1 --holdout 0.25 --beam 2 --seed "$seed" "$@" \
+        2>"$out.log" >"$out.out"
+}
 cal "$T/a.json" 3; ra=$?
 cal "$T/b.json" 3; rb=$?
 [ $ra -eq 0 ] && [ $rb -eq 0 ] && cmp -s "$T/a.json" "$T/b.json"
@@ -56,6 +61,14 @@ print("ok")
 EOF
 )
 [ $rc -eq 0 ] && [ "$out" = ok ]; check "eval --json: per prompt the mask, skipped layers, status, exact match and KV bytes agree; every class reported" $? "exit $rc: $out $(tail -3 "$T/eval.log")"
+
+# K is the calibration's choice: the features come from layer K and the candidates start there.
+cal "$T/k5.json" 3 -k 5; rc=$?
+out=$("$PYTHON" -c 'import json, sys; p = json.load(open(sys.argv[1])); l = [c["layer"] for c in p["candidates"]]
+print("ok" if p["k"] == 5 and l and min(l) >= 5 and max(l) <= 14 else (p["k"], l))' "$T/k5.json" 2>&1)
+[ $rc -eq 0 ] && [ "$out" = ok ]; check "calibrate -k 5 writes a probe with K 5 whose candidates start at layer 5" $? "exit $rc: $out $(tail -2 "$T/k5.json.log")"
+out=$("$ILPD" calibrate -m "$M" --data "$T/cal.jsonl" -o "$T/k15.json" -k 15 2>&1); rc=$?
+[ $rc -ne 0 ] && [ ! -e "$T/k15.json" ] && grep -q "1\.\.14" <<<"$out"; check "calibrate refuses a K the model cannot have (16 layers: 1..14)" $? "exit $rc: $out"
 
 out=$("$ILPD" calibrate -m "$M" --data "$T/cal.jsonl" -o "$T/c.json" --exact-share 2 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "exact-share" <<<"$out"; check "calibrate refuses an out-of-range option" $? "exit $rc: $out"

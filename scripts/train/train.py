@@ -14,6 +14,13 @@ so a wall-clock budget still ends with a decayed LR.  Checkpoints every
 --ckpt-minutes to <ckpt-dir>/ckpt_<step>.pt (last 3 kept) and at the end;
 re-running the same command resumes from the latest checkpoint (the model
 shape comes from the checkpoint; the budgets and LR come from the command line).
+
+--init-from CKPT --init-minutes M starts a continuation phase in an empty
+--ckpt-dir from a checkpoint without optimizer state (e.g. one rebuilt from the
+GGUF by ckpt_from_gguf.py): the weights and step/token counts come from CKPT,
+M minutes count as already spent, the data position continues at the token
+count, the optimizer starts fresh and the LR schedule restarts (warmup, then
+cosine) over what is left of --max-tokens / --max-minutes.
 Log: <ckpt-dir>/loss.csv (step, tokens, train_seconds, lr, train_loss,
 heldout_loss, tok_per_s).
 """
@@ -53,6 +60,9 @@ def get_args():
     ap.add_argument("--eval-windows", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init-from", default=None, help="continuation phase: weights from this checkpoint")
+    ap.add_argument("--init-minutes", type=float, default=0.0,
+                    help="training minutes --init-from's weights already took")
     # shape (fresh start only)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--layers", type=int, default=24)
@@ -125,6 +135,18 @@ def main():
         state = ck["state"]
         print(f"resumed from {ck_path}: step {state['step']} tokens {state['tokens']}"
               f" train_seconds {state['train_seconds']:.0f}", flush=True)
+    elif a.init_from:
+        ck = torch.load(a.init_from, map_location="cpu")
+        cfg = Config(**ck["config"])
+        model = Llama(cfg)
+        model.load_state_dict(ck["model"])
+        tokens = int(ck["state"]["tokens"])
+        state = {"step": int(ck["state"]["step"]), "tokens": tokens,
+                 "train_seconds": 60.0 * a.init_minutes, "pos": tokens,
+                 "phase_start": {"tokens": tokens, "train_seconds": 60.0 * a.init_minutes}}
+        print(f"continuation phase from {a.init_from}: step {state['step']} tokens {tokens}"
+              f" minutes {a.init_minutes:.1f}", flush=True)
+        ck = None
     else:
         vocab = a.vocab
         if not vocab:
@@ -164,8 +186,13 @@ def main():
     win_t, win_tok, win_loss, win_n = time.time(), 0, 0.0, 0
     model.train()
 
+    # the schedule runs over the current phase: from phase_start (0 for a fresh run) to the budgets
+    start = state.get("phase_start", {"tokens": 0, "train_seconds": 0.0})
+
     def progress():
-        return max(state["tokens"] / a.max_tokens, state["train_seconds"] / (60 * a.max_minutes))
+        return max((state["tokens"] - start["tokens"]) / max(1.0, a.max_tokens - start["tokens"]),
+                   (state["train_seconds"] - start["train_seconds"])
+                   / max(1.0, 60 * a.max_minutes - start["train_seconds"]))
 
     while progress() < 1.0:
         t0 = time.time()

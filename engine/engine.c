@@ -208,7 +208,12 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->weight_bytes = m->weights_bytes;
     for (int l = 0; l < m->n_layers; l++) in->layer_bytes[l] = m->layers[l].bytes;
     in->head_bytes = m->output.nbytes + m->output_norm.nbytes;
-    in->probe_k = p->probe_k > 0 && p->probe_k <= m->n_layers - 2 ? p->probe_k : probe_default_k(m->n_layers);
+    if (p->probe_k > 0 && p->probe_k > m->n_layers - 2) {
+        snprintf(err, errlen, "%s: probe K %d: this model has %d layers, so K must be in 1..%d", p->model_path,
+                 p->probe_k, m->n_layers, m->n_layers - 2);
+        goto fail;
+    }
+    in->probe_k = p->probe_k > 0 ? p->probe_k : probe_default_k(m->n_layers);
     e->hint_max_deviation = p->hint_max_deviation > 0 ? p->hint_max_deviation : 0.15f;
     e->kv_fail_request = p->kv_fail_request;
     e->layer_skip = p->layer_skip;

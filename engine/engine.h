@@ -38,7 +38,7 @@ typedef struct {
     const char *probe_dir;     /* folder of probe files (*.json) matched by the model's SHA-256, or NULL */
     float hint_max_deviation;  /* fraction of layers a hint may change (design §3; 0.15) */
     int probe_k;               /* layers before the probe reads its features, when no probe file sets it
-                                  (calibration); 0: probe_default_k */
+                                  (calibration); 0: probe_default_k; above n_layers-2: engine_open fails */
     int kv_fail_request;       /* testing: the KV allocation of the N-th generation fails (0: never) */
 } engine_params;
 

@@ -515,10 +515,6 @@ int cli_calibrate(int argc, char **argv) {
     if (!e || !s || !order) goto done;
     const engine_info *in = engine_get_info(e);
     int L = in->n_layers, k = in->probe_k;
-    if (o.k && o.k != k) {
-        fprintf(stderr, "ilpd: -k %d: this model has %d layers, so K must be in 1..%d\n", o.k, L, L - 2);
-        goto done;
-    }
     logits = malloc((size_t)in->n_ctx * in->n_vocab * sizeof *logits);
     if (!logits) goto done;
     shuffle(order, n_specs, o.seed);

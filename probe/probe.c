@@ -79,6 +79,11 @@ int probe_load(probe *p, const char *path, char *err, size_t errlen) {
         goto fail;
     }
     memcpy(p->model_sha256, sha->valuestring, 65);
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsString(format) || strcmp(format->valuestring, PROBE_FORMAT)) {
+        why = "format must be \"" PROBE_FORMAT "\" (a probe from an older build: calibrate it again)";
+        goto fail;
+    }
     if (number(root, "n_layers", 2, PROBE_MAX_LAYERS, &v)) { why = "n_layers must be in 2..256"; goto fail; }
     p->n_layers = (int)v;
     if (number(root, "k", 1, PROBE_MAX_K, &v) || (int)v >= p->n_layers - 1) { why = "k must be in 1..min(8, n_layers-2)"; goto fail; }
@@ -138,7 +143,7 @@ int probe_save(const probe *p, const char *path, char *err, size_t errlen) {
     char *text = NULL;
     int rc = -1;
     if (!root || !feats) goto oom;
-    cJSON_AddStringToObject(root, "format", "ilpd-probe-1");
+    cJSON_AddStringToObject(root, "format", PROBE_FORMAT);
     cJSON_AddStringToObject(root, "model_sha256", p->model_sha256);
     cJSON_AddNumberToObject(root, "n_layers", p->n_layers);
     cJSON_AddNumberToObject(root, "k", p->k);
@@ -201,22 +206,21 @@ void probe_decide(const probe *p, const float *features, uint8_t *mask, probe_de
         if (!(fabsf(z[f]) <= p->z_max)) d->in_range = 0; /* also catches NaN */
     }
     if (!d->in_range || p->n_cand == 0) return;
-    double prev = 1, conf = 0;
+    double conf = 0;
     for (int j = 0; j < p->n_cand; j++) {
         double a = p->b[j];
         for (int f = 0; f < PROBE_N_FEATURES; f++) a += p->w[j][f] * z[f];
         double s = 1 / (1 + exp(-a));
-        if (s > prev) s = prev; /* skipping more layers is never more likely to be safe */
-        prev = s;
         d->needed[j] = (float)(1 - s);
         conf += fabs(2 * s - 1);
     }
     d->confidence = (float)(conf / p->n_cand);
     if (d->confidence < p->floor) return;
-    for (int j = 0; j < p->n_cand && d->needed[j] < p->threshold; j++) {
-        mask[p->cand[j]] = 0;
-        d->n_skipped++;
-    }
+    for (int j = 0; j < p->n_cand; j++)
+        if (d->needed[j] < p->threshold) {
+            mask[p->cand[j]] = 0;
+            d->n_skipped++;
+        }
     if (d->n_skipped) d->outcome = PROBE_DECIDED_SKIP;
 }
 

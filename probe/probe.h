@@ -1,17 +1,18 @@
 /* probe.h - the Layer Confidence Probe: a calibrated predictor of which
  * later layers a request can skip.
  *
- * Candidates are the layers K..n-2, ranked at calibration from the least to
- * the most needed (at most PROBE_MAX_CANDIDATES of them). For rank j a
- * logistic regression over the standardised features gives s_j, the
- * probability that the first j+1 ranked layers can all be skipped (made
- * non-increasing in j); 1 - s_j is the probability that layer cand[j] is
- * needed, and it is skipped when that is below the threshold and every
- * lower-ranked candidate is skipped too. Parameters: n_cand * (features+1)
- * <= 256. Confidence is the mean of |2 s_j - 1|: how far from a coin flip
- * the predictor is. Below the floor, or with a feature more than z_max
- * standard deviations from the calibration mean, the request runs at full
- * depth.
+ * Candidates are the layers K..n-2 (at most PROBE_MAX_CANDIDATES of them).
+ * For each, a logistic regression over the standardised features gives
+ * s_j, the probability that this request can do without layer cand[j];
+ * 1 - s_j is the probability that it is needed, and the layer is skipped
+ * when that is below the threshold. The regressions are independent: which
+ * layers a prompt can lose differs between kinds of prompts (a JSON
+ * classifier and a yes/no question lean on different layers), and
+ * calibration measures the sets it labels with as whole masks. Parameters:
+ * n_cand * (features+1) <= 256. Confidence is the mean of |2 s_j - 1|: how
+ * far from a coin flip the predictor is. Below the floor, or with a feature
+ * more than z_max standard deviations from the calibration mean, the
+ * request runs at full depth.
  */
 #ifndef ILPD_PROBE_H
 #define ILPD_PROBE_H
@@ -24,12 +25,13 @@
 #define PROBE_MAX_PARAMS 256
 #define PROBE_MAX_CANDIDATES (PROBE_MAX_PARAMS / (PROBE_N_FEATURES + 1))
 #define PROBE_MAX_LAYERS 256
+#define PROBE_FORMAT "ilpd-probe-2" /* 2: independent per-layer regressions (1 had nested ranks) */
 
 typedef struct {
     char model_sha256[65];
     int n_layers, k, n_cand;
     float mean[PROBE_N_FEATURES], std[PROBE_N_FEATURES];
-    int cand[PROBE_MAX_CANDIDATES];                 /* layer of each rank */
+    int cand[PROBE_MAX_CANDIDATES];                 /* layer of each regression */
     float w[PROBE_MAX_CANDIDATES][PROBE_N_FEATURES];
     float b[PROBE_MAX_CANDIDATES];
     float threshold, floor, z_max;
@@ -43,7 +45,7 @@ typedef struct {
     float confidence;
     int in_range;
     int n_skipped;
-    float needed[PROBE_MAX_CANDIDATES];             /* 1 - s_j per rank */
+    float needed[PROBE_MAX_CANDIDATES];             /* 1 - s_j per candidate */
 } probe_decision;
 
 /* The default K for a model of N_LAYERS: 3, fewer for shallow models. */

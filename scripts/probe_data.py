@@ -32,7 +32,7 @@ def demo(out):
     for task in ("classify", "extract", "yesno", "story"):
         with open(os.path.join(HERE, "..", "models", "heldout", task + ".jsonl")) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        for i, r in enumerate(rows[:120]):
+        for i, r in enumerate(rows):
             item = {"system": r["system"], "user": r["user"], "class": task}
             (cal if i % 2 == 0 else ev).append(item)
     write(os.path.join(out, "calibrate.jsonl"), cal)

@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
     const char *model, *data, *out, *probe_path, *json_out, *plot, *ppl_text;
-    float target, floor, exact_share; /* exact_share > 0: labels need identical answers (see cli_calibrate) */
+    float target, floor, exact_share; /* exact_share > 0: that share of answers must stay identical (see cli_calibrate) */
     int n_gen, n_threads, json, max_prompts, ctx, beam, k; /* k: 0 = the model's default */
     double holdout;
     unsigned long long seed;
@@ -43,7 +43,6 @@ typedef struct {
     int n_prompt, n_seq;
     int32_t *full_top1;    /* full-depth argmax at each answer position */
     float features[PROBE_N_FEATURES];
-    int label;             /* how many ranked candidates can go within the target */
 } sample;
 
 static void specs_free(prompt_spec *p, int n) {
@@ -186,8 +185,8 @@ static void sample_free(sample *sm) {
 
 /* Teacher-forced agreement of MASK with the full model over the answer of
  * SM: the count of answer positions whose argmax equals the full model's
- * (in *agree, out of sm->n_seq - sm->n_prompt), and the mean KL divergence
- * from FULL_LOGP (log-softmax of the full model, may be NULL). Returns 0 or -1. */
+ * (in *agree, out of sm->n_seq - sm->n_prompt). LOGITS is scratch room for
+ * the logits of every position. Returns 0 or -1. */
 static int masked_agreement(engine *e, const sample *sm, const uint8_t *mask, float *logits, int *agree) {
     const engine_info *in = engine_get_info(e);
     int n_ans = sm->n_seq - sm->n_prompt;
@@ -278,9 +277,9 @@ typedef struct {
     int order[ENGINE_MAX_LAYERS];  /* the candidates, the first `depth` of them ranked */
     int n_alive[ENGINE_MAX_LAYERS]; /* prompts within the target after each rank */
     long mass;                      /* sum over prompts of the ranks they survived */
-    long usable;                    /* sum over classes of size x ranks it kept its share */
+    int usable;                     /* ranks at which SHARE of the prompts kept their answers */
     uint64_t removed;               /* bit c: candidate c is ranked */
-    uint8_t *alive;                 /* per calibration prompt: within the target so far */
+    uint8_t *alive;                 /* per prompt: within the target so far */
 } rank_state;
 
 static int rank_state_better(const rank_state *a, const rank_state *b) {
@@ -288,46 +287,42 @@ static int rank_state_better(const rank_state *a, const rank_state *b) {
 }
 
 /* Copies A's ranking and survivors into B (B keeps its own alive buffer). */
-static void rank_state_copy(rank_state *b, const rank_state *a, int n_cal) {
+static void rank_state_copy(rank_state *b, const rank_state *a, int n) {
     uint8_t *keep = b->alive;
     *b = *a;
     b->alive = keep;
-    memcpy(b->alive, a->alive, (size_t)n_cal);
+    memcpy(b->alive, a->alive, (size_t)n);
 }
 
-/* Orders CAND[0..n_cand) from the first to the last layer to remove, on the
- * calibration samples S[0..n_cal): each prompt keeps its answer (agreement
- * >= TARGET of its answer tokens) for some prefix of the ranking. The probe
- * tells prompt classes apart far better than prompts within a class, so
- * what it can use is, per class, the depth to which SHARE of the class
- * keeps its answer: a beam search (width BEAM) maximises the sum of
- * those depths weighted by class size, then the total of all prompts'
+/* Orders CAND[0..n_cand) from the first to the last layer to remove for
+ * the prompts S[0..n) of one class: each prompt keeps its answer
+ * (agreement >= TARGET of its answer tokens) for some prefix of the
+ * ranking. Prompts of a class are alike to the probe, so what it can use
+ * is the depth to which SHARE of the class keeps its answers: a beam
+ * search (width BEAM) maximises that depth, then the total of all prompts'
  * prefixes (with SHARE 0 only the latter counts). Each removal set is
- * measured as the nested mask the probe will use: layers harmless alone
- * can be harmful together, and the layer that keeps most answers at the
- * first step may cost the prompts that could have gone much further. A
- * prompt that lost its answer is not measured again. CLS[i] is the class
- * of prompt i (0..n_cls). STEP_ALIVE[r] gets the share of prompts still
+ * measured as a whole mask: layers harmless alone can be harmful together,
+ * and the layer that keeps most answers at the first step may cost the
+ * prompts that could have gone much further. A prompt that lost its answer
+ * is not measured again. STEP_ALIVE[r] gets the share of prompts still
  * within the target with ranks 0..r removed. Deterministic; 0 or -1. */
-static int rank_candidates(engine *e, const sample *s, const int *cls, int n_cls, int n_cal, double target,
-                           double share, int beam_width, int *cand, int n_cand, float *logits, double *step_alive) {
+static int rank_candidates(engine *e, sample *const *s, int n, double target, double share, int beam_width, int *cand,
+                           int n_cand, float *logits, double *step_alive) {
     const engine_info *in = engine_get_info(e);
     int n_states = beam_width * (n_cand + 1), rc = -1, n_beam = 1;
     rank_state *beam = calloc((size_t)n_states, sizeof *beam), *next = beam + beam_width;
     int *by_score = malloc((size_t)n_states * sizeof *by_score);
-    uint8_t *pool = malloc((size_t)n_states * (size_t)n_cal);
-    int *cls_size = calloc((size_t)n_cls, sizeof *cls_size), *cls_alive = calloc((size_t)n_cls, sizeof *cls_alive);
-    if (!beam || !by_score || !pool || !cls_size || !cls_alive) goto done;
-    for (int i = 0; i < n_cal; i++) cls_size[cls[i]]++;
-    for (int i = 0; i < n_states; i++) beam[i].alive = pool + (size_t)i * n_cal;
+    uint8_t *pool = malloc((size_t)n_states * (size_t)(n ? n : 1));
+    if (!beam || !by_score || !pool) goto done;
+    for (int i = 0; i < n_states; i++) beam[i].alive = pool + (size_t)i * n;
     memcpy(beam[0].order, cand, (size_t)n_cand * sizeof *cand);
-    memset(beam[0].alive, 1, (size_t)n_cal);
+    memset(beam[0].alive, 1, (size_t)n);
     for (int depth = 0; depth < n_cand; depth++) {
         int n_next = 0;
         for (int b = 0; b < n_beam; b++)
             for (int c = depth; c < n_cand; c++) {
                 rank_state *t = &next[n_next];
-                rank_state_copy(t, &beam[b], n_cal);
+                rank_state_copy(t, &beam[b], n);
                 t->order[depth] = beam[b].order[c];
                 t->order[c] = beam[b].order[depth];
                 t->removed |= 1ull << (t->order[depth] - cand[0]);
@@ -335,24 +330,21 @@ static int rank_candidates(engine *e, const sample *s, const int *cls, int n_cls
                 full_mask(in, mask);
                 for (int r = 0; r <= depth; r++) mask[t->order[r]] = 0;
                 t->n_alive[depth] = 0;
-                memset(cls_alive, 0, (size_t)n_cls * sizeof *cls_alive);
-                for (int i = 0; i < n_cal; i++) {
-                    int agree, n_ans = s[i].n_seq - s[i].n_prompt;
+                for (int i = 0; i < n; i++) {
+                    int agree, n_ans = s[i]->n_seq - s[i]->n_prompt;
                     if (!t->alive[i]) continue;
-                    if (masked_agreement(e, &s[i], mask, logits, &agree)) goto done;
+                    if (masked_agreement(e, s[i], mask, logits, &agree)) goto done;
                     t->alive[i] = agree >= target * n_ans - 1e-9;
                     t->n_alive[depth] += t->alive[i];
-                    cls_alive[cls[i]] += t->alive[i];
                 }
                 t->mass += t->n_alive[depth];
-                for (int j = 0; j < n_cls; j++)
-                    if (cls_alive[j] >= share * cls_size[j] - 1e-9) t->usable += cls_size[j];
+                t->usable += t->n_alive[depth] >= share * n - 1e-9;
                 /* The same set reached in another order: keep the better. */
                 int dup = -1;
                 for (int j = 0; j < n_next && dup < 0; j++)
                     if (next[j].removed == t->removed) dup = j;
                 if (dup < 0) n_next++;
-                else if (rank_state_better(t, &next[dup])) rank_state_copy(&next[dup], t, n_cal);
+                else if (rank_state_better(t, &next[dup])) rank_state_copy(&next[dup], t, n);
             }
         for (int a = 0; a < n_next; a++) { /* insertion sort, stable: deterministic */
             by_score[a] = a;
@@ -363,17 +355,15 @@ static int rank_candidates(engine *e, const sample *s, const int *cls, int n_cls
             }
         }
         n_beam = n_next < beam_width ? n_next : beam_width;
-        for (int b = 0; b < n_beam; b++) rank_state_copy(&beam[b], &next[by_score[b]], n_cal);
+        for (int b = 0; b < n_beam; b++) rank_state_copy(&beam[b], &next[by_score[b]], n);
     }
     memcpy(cand, beam[0].order, (size_t)n_cand * sizeof *cand);
-    for (int r = 0; r < n_cand; r++) step_alive[r] = (double)beam[0].n_alive[r] / n_cal;
+    for (int r = 0; r < n_cand; r++) step_alive[r] = n ? (double)beam[0].n_alive[r] / n : 0;
     rc = 0;
 done:
     free(beam);
     free(by_score);
     free(pool);
-    free(cls_size);
-    free(cls_alive);
     return rc;
 }
 
@@ -426,6 +416,53 @@ static int classes_number(const sample *s, int n, int *cls) {
         if (cls[i] < 0) cls[i] = n_cls++;
     }
     return n_cls;
+}
+
+/* Ranks the candidates CAND[0..n_cand) for each of the N_CLS classes (CLS[i]
+ * is the class of sample i) on its calibration samples S[0..n_cal) with
+ * rank_candidates (each prompt within PROMPT_TARGET) into ORDERS and
+ * STEP_ALIVE (each n_cls x n_cand); a class without calibration samples
+ * keeps the layer order. DEPTH[c] gets the longest prefix of class c's
+ * order that the class can drop as a whole: its answer tokens keep TARGET
+ * agreement and SHARE of its answers stay identical. Prompts of a class
+ * look alike to the probe, so the class, not the prompt, is the unit its
+ * labels can follow. 0 or -1. */
+static int rank_classes(engine *e, sample *s, const int *cls, int n_cls, int n_cal, double prompt_target, double target,
+                        double share, int beam, const int *cand, int n_cand, float *logits, int *orders, double *step_alive,
+                        int *depth) {
+    const engine_info *in = engine_get_info(e);
+    sample **sub = malloc((size_t)n_cal * sizeof *sub);
+    if (!sub) return -1;
+    for (int c = 0; c < n_cls; c++) {
+        int m = 0, *ord = orders + c * n_cand;
+        for (int i = 0; i < n_cal; i++)
+            if (cls[i] == c) sub[m++] = &s[i];
+        memcpy(ord, cand, (size_t)n_cand * sizeof *cand);
+        depth[c] = 0;
+        if (m && rank_candidates(e, sub, m, prompt_target, share, beam, ord, n_cand, logits, step_alive + c * n_cand))
+            goto fail;
+        for (int d = 1; m && d <= n_cand; d++) {
+            uint8_t mask[ENGINE_MAX_LAYERS];
+            long agree_sum = 0, tokens = 0;
+            int exact = 0;
+            full_mask(in, mask);
+            for (int r = 0; r < d; r++) mask[ord[r]] = 0;
+            for (int i = 0; i < m; i++) {
+                int agree, n_ans = sub[i]->n_seq - sub[i]->n_prompt;
+                if (masked_agreement(e, sub[i], mask, logits, &agree)) goto fail;
+                agree_sum += agree;
+                tokens += n_ans;
+                exact += agree == n_ans;
+            }
+            if (agree_sum < target * tokens - 1e-9 || exact < share * m - 1e-9) break;
+            depth[c] = d;
+        }
+    }
+    free(sub);
+    return 0;
+fail:
+    free(sub);
+    return -1;
 }
 
 static int parse_probe_args(int argc, char **argv, probe_opts *o) {
@@ -509,7 +546,7 @@ int cli_calibrate(int argc, char **argv) {
     int *order = malloc((size_t)n_specs * sizeof *order);
     float *logits = NULL, *z = NULL, *y = NULL;
     double *step_alive = NULL;
-    int *cls = NULL, *idx = NULL;
+    int *cls = NULL, *idx = NULL, *orders = NULL, *depth = NULL;
     probe pr;
     memset(&pr, 0, sizeof pr);
     if (!e || !s || !order) goto done;
@@ -534,51 +571,31 @@ int cli_calibrate(int argc, char **argv) {
     fprintf(stderr, "calibrate: %d prompts (%d calibration, %d held out), %d layers, k=%d, %.1f s\n", n, n_cal, n_hold, L, k,
             now_s() - t0);
 
-    /* Rank the candidates (see rank_candidates). */
+    /* Rank the candidates and find the depth of each class (see rank_classes). */
     int cand[ENGINE_MAX_LAYERS], n_cand = 0;
     for (int l = k; l < L - 1; l++) cand[n_cand++] = l;
     if (n_cand > PROBE_MAX_CANDIDATES) n_cand = PROBE_MAX_CANDIDATES;
-    double label_target = o.exact_share > 0 ? 1.0 : o.target;
-    step_alive = calloc((size_t)(n_cand ? n_cand : 1), sizeof *step_alive);
     cls = malloc((size_t)n * sizeof *cls);
-    if (!step_alive || !cls) goto done;
+    if (!cls) goto done;
     int n_cls = classes_number(s, n, cls);
-    if (rank_candidates(e, s, cls, n_cls, n_cal, label_target, o.exact_share, o.beam, cand, n_cand, logits,
-                                       step_alive))
+    orders = malloc((size_t)n_cls * (n_cand ? n_cand : 1) * sizeof *orders);
+    step_alive = calloc((size_t)n_cls * (n_cand ? n_cand : 1), sizeof *step_alive);
+    depth = calloc((size_t)n_cls, sizeof *depth);
+    if (!orders || !step_alive || !depth) goto done;
+    if (rank_classes(e, s, cls, n_cls, n_cal, o.exact_share > 0 ? 1.0 : o.target, o.target, o.exact_share, o.beam, cand,
+                     n_cand, logits, orders, step_alive, depth))
         goto done;
-    fprintf(stderr, "calibrate: ranking (layer: share of calibration answers within the target with it and all before it removed):");
-    for (int c = 0; c < n_cand; c++) fprintf(stderr, " %d:%.3f", cand[c], step_alive[c]);
-    fprintf(stderr, "  (%.1f s)\n", now_s() - t0);
-
-    /* Label each prompt with the longest prefix of the ranking it can drop
-     * within the target (binary search; agreement falls as layers go). With
-     * --exact-share the label must keep every answer token: teacher-forced
-     * top-1 agreement on the whole answer means the same greedy answer. */
-    for (int i = 0; i < n; i++) {
-        int lo = 0, hi = n_cand;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2, agree;
-            uint8_t mask[ENGINE_MAX_LAYERS];
-            full_mask(in, mask);
-            for (int c = 0; c < mid; c++) mask[cand[c]] = 0;
-            if (masked_agreement(e, &s[i], mask, logits, &agree)) goto done;
-            if (agree >= label_target * (s[i].n_seq - s[i].n_prompt) - 1e-9) lo = mid;
-            else hi = mid - 1;
-        }
-        s[i].label = lo;
-    }
-    /* What a perfect predictor could skip: the mean label per class. */
     for (int c = 0; c < n_cls; c++) {
-        double sum = 0;
-        int cnt = 0;
-        for (int i = 0; i < n; i++)
-            if (cls[i] == c) sum += s[i].label, cnt++;
-        fprintf(stderr, "calibrate: class %s: %d prompts, labels allow %.2f of %d candidates skipped on average\n",
-                class_name(s, cls, n, c), cnt, sum / cnt, n_cand);
+        fprintf(stderr, "calibrate: class %s: ranking (layer: share of calibration answers within the target with it and "
+                        "all before it removed):", class_name(s, cls, n, c));
+        for (int r = 0; r < n_cand; r++) fprintf(stderr, " %d:%.3f", orders[c * n_cand + r], step_alive[c * n_cand + r]);
+        fprintf(stderr, "; the class keeps the target with the first %d of %d removed  (%.1f s)\n", depth[c], n_cand,
+                now_s() - t0);
     }
 
     /* Standardise the features on the calibration split and fit one
-     * logistic regression per rank: P(label >= rank + 1). */
+     * logistic regression per candidate: P(the layer is among those the
+     * prompt's class drops). */
     snprintf(pr.model_sha256, sizeof pr.model_sha256, "%s", engine_model_sha256(e) ? engine_model_sha256(e) : "");
     pr.n_layers = L;
     pr.k = k;
@@ -600,7 +617,11 @@ int cli_calibrate(int argc, char **argv) {
         for (int f = 0; f < PROBE_N_FEATURES; f++) z[i * PROBE_N_FEATURES + f] = (s[i].features[f] - pr.mean[f]) / pr.std[f];
     for (int c = 0; c < n_cand; c++) {
         pr.cand[c] = cand[c];
-        for (int i = 0; i < n_cal; i++) y[i] = s[i].label >= c + 1;
+        for (int i = 0; i < n_cal; i++) {
+            const int *ord = orders + cls[i] * n_cand;
+            y[i] = 0;
+            for (int r = 0; r < depth[cls[i]]; r++) y[i] += ord[r] == cand[c];
+        }
         fit_logistic(z, y, n_cal, pr.w[c], &pr.b[c]);
     }
 
@@ -653,13 +674,19 @@ int cli_calibrate(int argc, char **argv) {
     cJSON_AddNumberToObject(m, "skip_rate_held_out", hold_skip);
     cJSON_AddNumberToObject(m, "agreement_calibration", cal.agree_tokens / cal.total_tokens);
     cJSON_AddNumberToObject(m, "agreement_held_out", hold.agree_tokens / hold.total_tokens);
-    cJSON *rank = cJSON_AddArrayToObject(m, "ranking");
-    for (int c = 0; rank && c < n_cand; c++) {
+    cJSON *ranks = cJSON_AddArrayToObject(m, "rankings");
+    for (int c = 0; ranks && c < n_cls; c++) {
         cJSON *r = cJSON_CreateObject();
         if (!r) break;
-        cJSON_AddNumberToObject(r, "layer", cand[c]);
-        cJSON_AddNumberToObject(r, "within_target_removed_with_previous", step_alive[c]);
-        cJSON_AddItemToArray(rank, r);
+        cJSON_AddItemToArray(ranks, r);
+        cJSON_AddStringToObject(r, "class", class_name(s, cls, n, c));
+        cJSON_AddNumberToObject(r, "removed_within_target", depth[c]);
+        cJSON *layers = cJSON_AddArrayToObject(r, "layers"),
+              *alive = cJSON_AddArrayToObject(r, "within_target_removed_with_previous");
+        for (int j = 0; layers && alive && j < n_cand; j++) {
+            cJSON_AddItemToArray(layers, cJSON_CreateNumber(orders[c * n_cand + j]));
+            cJSON_AddItemToArray(alive, cJSON_CreateNumber(step_alive[c * n_cand + j]));
+        }
     }
     pr.metrics_json = cJSON_PrintUnformatted(m);
     cJSON_Delete(m);
@@ -678,6 +705,8 @@ done:
     free(z);
     free(y);
     free(step_alive);
+    free(orders);
+    free(depth);
     free(cls);
     free(idx);
     probe_free(&pr);

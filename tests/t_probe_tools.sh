@@ -34,12 +34,15 @@ layers = [c["layer"] for c in p["candidates"]]
 assert p["model_sha256"] == sys.argv[2], "hash"
 assert p["parameters"] == len(layers) * (len(p["features"]) + 1) <= 256, "parameters"
 assert all(p["k"] <= l < p["n_layers"] - 1 for l in layers) and len(set(layers)) == len(layers), "candidates"
-assert [r["layer"] for r in p["calibration"]["ranking"]] == layers, "ranking"
+ranks = p["calibration"]["rankings"]
+assert sorted(r["class"] for r in ranks) == ["classify", "story", "yesno"], "a ranking per class"
+assert all(sorted(r["layers"]) == sorted(layers) and 0 <= r["removed_within_target"] <= len(layers) for r in ranks), \
+    "each ranking orders the candidates and says how deep its class goes"
 assert p["calibration"]["identical_answers_calibration"] == 1, "exact share 1 kept on calibration"
 print("ok")
 EOF
 )
-[ "$out" = ok ]; check "the probe is bound to the model's SHA-256, within 256 parameters, never a fixed layer, exact on its calibration split" $? "$out"
+[ "$out" = ok ]; check "the probe is bound to the model's SHA-256, within 256 parameters, never a fixed layer, ranked per class, exact on its calibration split" $? "$out"
 
 # The probe serves as written: eval with it reports every prompt and class.
 "$ILPD" eval -m "$M" --data "$T/cal.jsonl" --probe "$T/a.json" -n 8 --json >"$T/eval.json" 2>"$T/eval.log"; rc=$?

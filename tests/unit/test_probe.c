@@ -51,7 +51,7 @@ static void hint_rules(void) {
     CHECK(hint_reconcile(server, hint, 0, 20, 3, 0.5f, final) == HINT_APPLIED, "the deviation bound is configurable");
 }
 
-/* A probe over 8 layers (k=2, candidates 2..6) whose first rank depends on feature 0. */
+/* A probe over 8 layers (k=2, candidates 2..6) whose regressions depend on feature 0. */
 static void make_probe(probe *p, float floor) {
     memset(p, 0, sizeof *p);
     snprintf(p->model_sha256, sizeof p->model_sha256, "%064d", 0);
@@ -69,8 +69,8 @@ static void make_probe(probe *p, float floor) {
     p->b[0] = 0;
     p->w[1][0] = 4;
     p->b[1] = -2;
-    p->w[2][0] = 4;
-    p->b[2] = 3; /* would exceed rank 1: clipped to it */
+    p->w[2][0] = -4; /* layer 4 is needed exactly when the others are not */
+    p->b[2] = 1;
     p->threshold = 0.5f;
     p->floor = floor;
     p->z_max = 4;
@@ -82,16 +82,22 @@ static void decisions(void) {
     probe_decision d;
     float f[PROBE_N_FEATURES] = {0};
     make_probe(&p, 0.0f);
-    f[0] = 2; /* s = sigmoid(8), sigmoid(6), clipped sigmoid(11) -> all skippable */
+    f[0] = 2; /* s = sigmoid(8), sigmoid(6), sigmoid(-7): layers 5 and 3 go, 4 stays */
     probe_decide(&p, f, mask, &d);
-    CHECK(d.outcome == PROBE_DECIDED_SKIP && d.n_skipped == 3 && same(mask, "11100011"), "confident features skip the ranked layers");
-    CHECK(d.needed[2] >= d.needed[1] - 1e-7, "skip probabilities never grow with rank");
-    f[0] = 0.25f; /* rank 0: sigmoid(1) skip; rank 1: sigmoid(-1) keep */
+    CHECK(d.outcome == PROBE_DECIDED_SKIP && d.n_skipped == 2 && same(mask, "11101011"),
+          "each layer is skipped on its own regression (not a prefix of a ranking)");
+    CHECK(fabsf(d.needed[2] - (float)(1 - 1 / (1 + exp(7.0)))) < 1e-6f, "needed is 1 - s per candidate");
+    f[0] = 0.25f; /* sigmoid(1) skip; sigmoid(-1) keep; sigmoid(0) = 0.5 keep */
     probe_decide(&p, f, mask, &d);
-    CHECK(d.n_skipped == 1 && same(mask, "11111011"), "skipping stops at the first needed rank (nested masks)");
+    CHECK(d.n_skipped == 1 && same(mask, "11111011"), "a layer whose need reaches the threshold is computed");
+    f[0] = -0.5f; /* sigmoid(-2), sigmoid(-4) keep; sigmoid(3) skip */
+    probe_decide(&p, f, mask, &d);
+    CHECK(d.n_skipped == 1 && same(mask, "11110111"), "a later regression skips although an earlier one keeps its layer");
+    p.b[2] = -8;
     f[0] = -2;
     probe_decide(&p, f, mask, &d);
     CHECK(d.outcome == PROBE_DECIDED_FULL && same(mask, "11111111"), "features saying 'needed' give full depth");
+    p.b[2] = 1;
     f[0] = 9;
     probe_decide(&p, f, mask, &d);
     CHECK(!d.in_range && d.outcome == PROBE_DECIDED_FULL && same(mask, "11111111"),
@@ -116,12 +122,22 @@ static void files(void) {
     p.metrics_json = strdup("{\"agreement_held_out\":0.995}");
     CHECK(probe_save(&p, path, err, sizeof err) == 0, "probe_save writes a file");
     int ok = probe_load(&q, path, err, sizeof err) == 0;
-    CHECK(ok && q.n_cand == 3 && q.cand[1] == 3 && fabsf(q.w[1][0] - 4) < 1e-6f && fabsf(q.b[2] - 3) < 1e-6f &&
+    CHECK(ok && q.n_cand == 3 && q.cand[1] == 3 && fabsf(q.w[1][0] - 4) < 1e-6f && fabsf(q.b[2] - 1) < 1e-6f &&
               q.k == 2 && fabsf(q.floor - 0.4f) < 1e-6f && q.metrics_json && strstr(q.metrics_json, "0.995"),
           "probe_load reads back what probe_save wrote");
     if (ok) probe_free(&q);
     probe_free(&p);
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path, "r+");
+    char text[8192] = {0};
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    char *format = strstr(text, PROBE_FORMAT);
+    if (format) format[strlen(PROBE_FORMAT) - 1] = '1';
+    rewind(f);
+    fwrite(text, 1, len, f);
+    fclose(f);
+    CHECK(format && probe_load(&q, path, err, sizeof err) == -1 && strstr(err, "calibrate it again"),
+          "a probe of an older format (nested ranks) is refused: %s", err);
+    f = fopen(path, "w");
     fputs("{\"model_sha256\": \"abc\", \"n_layers\": 8}", f);
     fclose(f);
     CHECK(probe_load(&q, path, err, sizeof err) == -1 && strstr(err, path) && strstr(err, "model_sha256"),

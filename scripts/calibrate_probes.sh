@@ -24,6 +24,9 @@ if [ -f models/ilpd-demo-F16.gguf ]; then
     /usr/bin/python3 scripts/probe_data.py demo "$OUT/demo"
     "$ILPD" calibrate -m models/ilpd-demo-F16.gguf --data "$OUT/demo/calibrate.jsonl" \
         -o config/probes/ilpd-demo-F16.json --target-agreement 0.99 --exact-share 0.97 -n 48 --seed 1
+    # Perplexity on raw TinyStories text (no chat template), when ../shared has it.
+    PPL=$SHARED/data/tinystories/tinystories_val_head.txt
     "$ILPD" eval -m models/ilpd-demo-F16.gguf --data "$OUT/demo/eval.jsonl" \
-        --probe config/probes/ilpd-demo-F16.json -n 48 --json --plot "$OUT/demo/eval.png" > "$OUT/demo/eval.json"
+        --probe config/probes/ilpd-demo-F16.json -n 48 --json --plot "$OUT/demo/eval.png" \
+        $( [ -f "$PPL" ] && echo --ppl-text "$PPL" ) > "$OUT/demo/eval.json"
 fi

@@ -107,6 +107,13 @@ int probe_load(probe *p, const char *path, char *err, size_t errlen) {
     p->floor = (float)v;
     if (number(root, "z_max", 0.1, 1000, &v)) { why = "z_max must be in [0.1, 1000]"; goto fail; }
     p->z_max = (float)v;
+    if (number(root, "distance_max", 0.1, 1000, &v)) { why = "distance_max must be in [0.1, 1000]"; goto fail; }
+    p->d_max = (float)v;
+    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(root, "feature_precision");
+    int rows_ok = cJSON_IsArray(prec) && cJSON_GetArraySize(prec) == PROBE_N_FEATURES;
+    for (int f = 0; rows_ok && f < PROBE_N_FEATURES; f++)
+        rows_ok = !read_floats(cJSON_GetArrayItem(prec, f), p->precision[f], PROBE_N_FEATURES) && p->precision[f][f] > 0;
+    if (!rows_ok) { why = "feature_precision must be 7 rows of 7 finite numbers with a positive diagonal"; goto fail; }
     const cJSON *cands = cJSON_GetObjectItemCaseSensitive(root, "candidates");
     int n = cJSON_IsArray(cands) ? cJSON_GetArraySize(cands) : -1;
     if (n < 0 || n > PROBE_MAX_CANDIDATES || n > p->n_layers - p->k - 1) { why = "candidates must be an array of at most 32 entries (k..n_layers-2)"; goto fail; }
@@ -153,6 +160,10 @@ int probe_save(const probe *p, const char *path, char *err, size_t errlen) {
     cJSON_AddNumberToObject(root, "threshold", p->threshold);
     cJSON_AddNumberToObject(root, "confidence_floor", p->floor);
     cJSON_AddNumberToObject(root, "z_max", p->z_max);
+    cJSON_AddNumberToObject(root, "distance_max", p->d_max);
+    cJSON *prec = cJSON_AddArrayToObject(root, "feature_precision");
+    if (!prec) goto oom;
+    for (int f = 0; f < PROBE_N_FEATURES; f++) cJSON_AddItemToArray(prec, cJSON_CreateFloatArray(p->precision[f], PROBE_N_FEATURES));
     cJSON_AddNumberToObject(root, "parameters", p->n_cand * (PROBE_N_FEATURES + 1));
     cands = cJSON_AddArrayToObject(root, "candidates");
     if (!cands) goto oom;
@@ -205,6 +216,11 @@ void probe_decide(const probe *p, const float *features, uint8_t *mask, probe_de
         z[f] = (features[f] - p->mean[f]) / p->std[f];
         if (!(fabsf(z[f]) <= p->z_max)) d->in_range = 0; /* also catches NaN */
     }
+    double d2 = 0;
+    for (int f = 0; f < PROBE_N_FEATURES; f++)
+        for (int g = 0; g < PROBE_N_FEATURES; g++) d2 += (double)z[f] * p->precision[f][g] * z[g];
+    d->distance = (float)sqrt(d2 > 0 ? d2 : 0);
+    if (!(d->distance <= p->d_max)) d->in_range = 0;
     if (!d->in_range || p->n_cand == 0) return;
     double conf = 0;
     for (int j = 0; j < p->n_cand; j++) {

@@ -10,9 +10,13 @@
  * classifier and a yes/no question lean on different layers), and
  * calibration measures the sets it labels with as whole masks. Parameters:
  * n_cand * (features+1) <= 256. Confidence is the mean of |2 s_j - 1|: how
- * far from a coin flip the predictor is. Below the floor, or with a feature
- * more than z_max standard deviations from the calibration mean, the
- * request runs at full depth.
+ * far from a coin flip the predictor is. Below the floor, or with features
+ * outside the calibration range, the request runs at full depth: a feature
+ * more than z_max standard deviations from its calibration mean, or a
+ * feature vector farther than d_max from the calibration data's centre in
+ * Mahalanobis distance (features each in range can still form a
+ * combination calibration never saw: raw text without the chat template
+ * does, on the demo model).
  */
 #ifndef ILPD_PROBE_H
 #define ILPD_PROBE_H
@@ -34,7 +38,8 @@ typedef struct {
     int cand[PROBE_MAX_CANDIDATES];                 /* layer of each regression */
     float w[PROBE_MAX_CANDIDATES][PROBE_N_FEATURES];
     float b[PROBE_MAX_CANDIDATES];
-    float threshold, floor, z_max;
+    float precision[PROBE_N_FEATURES][PROBE_N_FEATURES]; /* inverse covariance of the standardised features */
+    float threshold, floor, z_max, d_max;
     char *metrics_json;                             /* calibration metrics, kept verbatim (owned) */
 } probe;
 
@@ -44,6 +49,7 @@ typedef struct {
     probe_outcome outcome;
     float confidence;
     int in_range;
+    float distance;                                 /* Mahalanobis distance of the features */
     int n_skipped;
     float needed[PROBE_MAX_CANDIDATES];             /* 1 - s_j per candidate */
 } probe_decision;

@@ -229,6 +229,62 @@ static void fit_logistic(const float *z, const float *y, int n, float *w, float 
     *b = (float)bd;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sets P->precision to the inverse covariance of the standardised features
+ * Z (n x PROBE_N_FEATURES), with a small ridge so that a constant feature
+ * or few prompts still give an inverse (Gauss-Jordan elimination with
+ * partial pivoting), and P->d_max to the Mahalanobis distance that holds
+ * 99% of them: the calibration range taken jointly, its outermost 1% of
+ * prompts included in what runs at full depth. 0 or -1 (out of memory). */
+static int fit_range(const float *z, int n, probe *p) {
+    enum { F = PROBE_N_FEATURES };
+    double a[F][2 * F] = {{0}};
+    for (int f = 0; f < F; f++) {
+        for (int g = 0; g < F; g++) {
+            for (int i = 0; i < n; i++) a[f][g] += (double)z[i * F + f] * z[i * F + g];
+            a[f][g] /= n;
+        }
+        a[f][f] += 1e-2;
+        a[f][F + f] = 1;
+    }
+    for (int c = 0; c < F; c++) {
+        int piv = c;
+        for (int r = c + 1; r < F; r++)
+            if (fabs(a[r][c]) > fabs(a[piv][c])) piv = r;
+        for (int j = 0; j < 2 * F; j++) {
+            double t = a[c][j];
+            a[c][j] = a[piv][j];
+            a[piv][j] = t;
+        }
+        double d = a[c][c]; /* >= the ridge: the matrix is positive definite */
+        for (int j = 0; j < 2 * F; j++) a[c][j] /= d;
+        for (int r = 0; r < F; r++) {
+            double m = a[r][c];
+            if (r == c || m == 0) continue;
+            for (int j = 0; j < 2 * F; j++) a[r][j] -= m * a[c][j];
+        }
+    }
+    for (int f = 0; f < F; f++)
+        for (int g = 0; g < F; g++) p->precision[f][g] = (float)(0.5 * (a[f][F + g] + a[g][F + f]));
+    double *dist = malloc((size_t)n * sizeof *dist);
+    if (!dist) return -1;
+    for (int i = 0; i < n; i++) {
+        double d2 = 0;
+        for (int f = 0; f < F; f++)
+            for (int g = 0; g < F; g++) d2 += (double)z[i * F + f] * p->precision[f][g] * z[i * F + g];
+        dist[i] = sqrt(d2 > 0 ? d2 : 0);
+    }
+    qsort(dist, (size_t)n, sizeof *dist, cmp_double);
+    double d_max = dist[(int)ceil(0.99 * n) - 1];
+    p->d_max = (float)(d_max > 0.1 ? d_max : 0.1);
+    free(dist);
+    return 0;
+}
+
 /* xorshift shuffle of N indices with SEED. */
 static void shuffle(int *idx, int n, unsigned long long seed) {
     unsigned long long s = seed * 2862933555777941757ull + 3037000493ull;
@@ -615,6 +671,7 @@ int cli_calibrate(int argc, char **argv) {
     if (!z || !y) goto done;
     for (int i = 0; i < n_cal; i++)
         for (int f = 0; f < PROBE_N_FEATURES; f++) z[i * PROBE_N_FEATURES + f] = (s[i].features[f] - pr.mean[f]) / pr.std[f];
+    if (fit_range(z, n_cal, &pr)) goto done;
     for (int c = 0; c < n_cand; c++) {
         pr.cand[c] = cand[c];
         for (int i = 0; i < n_cal; i++) {

@@ -62,10 +62,14 @@ static int write_probe(engine *e, const char *path, const char *sha, int n_layer
     p.cand[1] = 3;
     p.b[0] = 5;    /* P(skippable) = 0.993 */
     p.b[1] = -5;   /* layer 3 needed */
-    for (int f = 0; f < PROBE_N_FEATURES; f++) p.std[f] = 1000; /* any feature is in range */
+    for (int f = 0; f < PROBE_N_FEATURES; f++) {
+        p.std[f] = 1000; /* any feature is in range */
+        p.precision[f][f] = 1;
+    }
     p.threshold = 0.5f;
     p.floor = floor;
     p.z_max = 4;
+    p.d_max = 10;
     return probe_save(&p, path, err, sizeof err);
 }
 

@@ -64,7 +64,9 @@ static void make_probe(probe *p, float floor) {
     for (int f = 0; f < PROBE_N_FEATURES; f++) {
         p->mean[f] = 0;
         p->std[f] = 1;
+        p->precision[f][f] = 1;
     }
+    p->d_max = 100;
     p->w[0][0] = 4;
     p->b[0] = 0;
     p->w[1][0] = 4;
@@ -105,6 +107,22 @@ static void decisions(void) {
     f[0] = NAN;
     probe_decide(&p, f, mask, &d);
     CHECK(!d.in_range && same(mask, "11111111"), "NaN features give full depth");
+    /* Features 0 and 1 moved together at calibration (correlation 0.99):
+     * each within 1 standard deviation, but in opposite directions, is a
+     * combination calibration never saw. */
+    p.precision[0][0] = p.precision[1][1] = 50.251256f;
+    p.precision[0][1] = p.precision[1][0] = -49.748744f;
+    p.d_max = 5;
+    f[0] = 1;
+    f[1] = 1;
+    probe_decide(&p, f, mask, &d);
+    CHECK(d.in_range && fabsf(d.distance - 1) < 0.01f && d.outcome == PROBE_DECIDED_SKIP,
+          "features that move as at calibration are in range (distance %.3f)", d.distance);
+    f[1] = -1;
+    probe_decide(&p, f, mask, &d);
+    CHECK(!d.in_range && d.distance > 14 && d.outcome == PROBE_DECIDED_FULL && same(mask, "11111111"),
+          "a combination far from the calibration data (Mahalanobis distance %.1f) gives full depth", d.distance);
+    f[1] = 0;
     make_probe(&p, 0.99f);
     f[0] = 0.25f;
     probe_decide(&p, f, mask, &d);
@@ -123,6 +141,7 @@ static void files(void) {
     CHECK(probe_save(&p, path, err, sizeof err) == 0, "probe_save writes a file");
     int ok = probe_load(&q, path, err, sizeof err) == 0;
     CHECK(ok && q.n_cand == 3 && q.cand[1] == 3 && fabsf(q.w[1][0] - 4) < 1e-6f && fabsf(q.b[2] - 1) < 1e-6f &&
+              q.precision[2][2] == 1 && q.precision[2][3] == 0 && fabsf(q.d_max - 100) < 1e-6f &&
               q.k == 2 && fabsf(q.floor - 0.4f) < 1e-6f && q.metrics_json && strstr(q.metrics_json, "0.995"),
           "probe_load reads back what probe_save wrote");
     if (ok) probe_free(&q);

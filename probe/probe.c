@@ -206,6 +206,13 @@ void probe_free(probe *p) {
     p->metrics_json = NULL;
 }
 
+double probe_distance(const probe *p, const float *z) {
+    double d2 = 0;
+    for (int f = 0; f < PROBE_N_FEATURES; f++)
+        for (int g = 0; g < PROBE_N_FEATURES; g++) d2 += (double)z[f] * p->precision[f][g] * z[g];
+    return sqrt(d2 > 0 ? d2 : 0);
+}
+
 void probe_decide(const probe *p, const float *features, uint8_t *mask, probe_decision *d) {
     float z[PROBE_N_FEATURES];
     memset(d, 0, sizeof *d);
@@ -216,10 +223,7 @@ void probe_decide(const probe *p, const float *features, uint8_t *mask, probe_de
         z[f] = (features[f] - p->mean[f]) / p->std[f];
         if (!(fabsf(z[f]) <= p->z_max)) d->in_range = 0; /* also catches NaN */
     }
-    double d2 = 0;
-    for (int f = 0; f < PROBE_N_FEATURES; f++)
-        for (int g = 0; g < PROBE_N_FEATURES; g++) d2 += (double)z[f] * p->precision[f][g] * z[g];
-    d->distance = (float)sqrt(d2 > 0 ? d2 : 0);
+    d->distance = (float)probe_distance(p, z);
     if (!(d->distance <= p->d_max)) d->in_range = 0;
     if (!d->in_range || p->n_cand == 0) return;
     double conf = 0;

@@ -63,6 +63,10 @@ int probe_load(probe *p, const char *path, char *err, size_t errlen);
 int probe_save(const probe *p, const char *path, char *err, size_t errlen);
 void probe_free(probe *p);
 
+/* The Mahalanobis distance of the standardised features Z
+ * (PROBE_N_FEATURES of them) from the calibration centre, under P->precision. */
+double probe_distance(const probe *p, const float *z);
+
 /* Decides the mask for FEATURES: MASK (n_layers bytes) gets 1 for every
  * computed layer. Never skips layers 0..k-1 or the last layer. */
 void probe_decide(const probe *p, const float *features, uint8_t *mask, probe_decision *d);

@@ -272,12 +272,7 @@ static int fit_range(const float *z, int n, probe *p) {
         for (int g = 0; g < F; g++) p->precision[f][g] = (float)(0.5 * (a[f][F + g] + a[g][F + f]));
     double *dist = malloc((size_t)n * sizeof *dist);
     if (!dist) return -1;
-    for (int i = 0; i < n; i++) {
-        double d2 = 0;
-        for (int f = 0; f < F; f++)
-            for (int g = 0; g < F; g++) d2 += (double)z[i * F + f] * p->precision[f][g] * z[i * F + g];
-        dist[i] = sqrt(d2 > 0 ? d2 : 0);
-    }
+    for (int i = 0; i < n; i++) dist[i] = probe_distance(p, z + (size_t)i * F);
     qsort(dist, (size_t)n, sizeof *dist, cmp_double);
     double d_max = dist[(int)ceil(0.99 * n) - 1];
     p->d_max = (float)(d_max > 0.1 ? d_max : 0.1);
@@ -308,7 +303,6 @@ typedef struct {
 /* Runs the probe P on the samples IDX[0..n) and measures the skip rate and
  * teacher-forced agreement of its masks. Returns 0 or -1. */
 static int score_probe(engine *e, const probe *p, sample *s, const int *idx, int n, float *logits, split_score *sc) {
-    const engine_info *in = engine_get_info(e);
     memset(sc, 0, sizeof *sc);
     for (int i = 0; i < n; i++) {
         sample *sm = &s[idx[i]];
@@ -324,7 +318,6 @@ static int score_probe(engine *e, const probe *p, sample *s, const int *idx, int
         sc->exact += agree == n_ans;
         sc->n++;
     }
-    (void)in;
     return 0;
 }
 

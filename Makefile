@@ -15,7 +15,7 @@ PREFIX   ?= /usr/local
 DESTDIR  ?=
 
 WARN     := -Wall -Wextra -Werror
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Iengine -Ikernels -Iprobe -Iserver
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -I.
 LIBS     := -lm -lpcre2-8 -lcjson -lmicrohttpd -lb64 -lcrypto -pthread
 
 ifeq ($(SANITIZE),1)
@@ -51,7 +51,7 @@ ifneq ($(CUDA_SRCS),)
     CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.o,$(CUDA_SRCS))
     LIBS      += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublas -lstdc++
   endif
-  NVCCFLAGS := -O3 -std=c++17 -Iengine -Ikernels -gencode arch=compute_80,code=sm_80 \
+  NVCCFLAGS := -O3 -std=c++17 -I. -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
                -Xcompiler -Wall,-Wextra,-Werror
 endif
@@ -85,7 +85,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -MMD -MP -o $@ $< $(LIB_OBJS) $(LIBS)
+	$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(LIB_OBJS) $(LIBS)
 
 $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

@@ -35,7 +35,7 @@
  * elsewhere it becomes a system turn (llama3, chatml, zephyr), the system
  * block of the next user turn (llama2), or a "System: ..." line (plain).
  */
-#include "chat.h"
+#include "engine/chat.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* engine.c - model + tokenizer + template + backend, and the generate loop. */
-#include "engine.h"
+#include "engine/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,16 +9,16 @@
 
 #include <dirent.h>
 
-#include "backend.h"
-#include "chat.h"
-#include "probe_features.h"
-#include "gguf.h"
-#include "log.h"
-#include "model.h"
-#include "probe.h"
-#include "sampler.h"
-#include "textout.h"
-#include "tokenizer.h"
+#include "kernels/backend.h"
+#include "engine/chat.h"
+#include "probe/probe_features.h"
+#include "engine/gguf.h"
+#include "engine/log.h"
+#include "engine/model.h"
+#include "probe/probe.h"
+#include "engine/sampler.h"
+#include "engine/textout.h"
+#include "engine/tokenizer.h"
 
 #define PIECE_MAX 1024 /* bytes of one token's text; longer pieces are cut */
 

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hint.h"
+#include "probe/hint.h"
 
 #define ENGINE_MAX_LAYERS 256
 

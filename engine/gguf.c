@@ -1,5 +1,5 @@
 /* gguf.c - GGUF v3 parser with bounds checks on every read. */
-#include "gguf.h"
+#include "engine/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -398,44 +398,4 @@ const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name) {
     for (uint64_t i = 0; i < f->n_tensors; i++)
         if (f->tensors[i].name.len == n && !memcmp(f->tensors[i].name.ptr, name, n)) return &f->tensors[i];
     return NULL;
-}
-
-int ggml_type_block_size(ggml_type t) {
-    switch (t) {
-    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: return 1;
-    case GGML_TYPE_Q4_0: case GGML_TYPE_Q8_0: return 32;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q6_K: return 256;
-    default: return 0;
-    }
-}
-
-size_t ggml_type_block_bytes(ggml_type t) {
-    switch (t) {
-    case GGML_TYPE_F32: return 4;
-    case GGML_TYPE_F16: case GGML_TYPE_BF16: return 2;
-    case GGML_TYPE_Q4_0: return 18;
-    case GGML_TYPE_Q8_0: return 34;
-    case GGML_TYPE_Q4_K: return 144;
-    case GGML_TYPE_Q6_K: return 210;
-    default: return 0;
-    }
-}
-
-const char *ggml_type_name(ggml_type t) {
-    switch (t) {
-    case GGML_TYPE_F32: return "F32";
-    case GGML_TYPE_F16: return "F16";
-    case GGML_TYPE_BF16: return "BF16";
-    case GGML_TYPE_Q4_0: return "Q4_0";
-    case GGML_TYPE_Q8_0: return "Q8_0";
-    case GGML_TYPE_Q4_K: return "Q4_K";
-    case GGML_TYPE_Q6_K: return "Q6_K";
-    default: return "unknown";
-    }
-}
-
-size_t ggml_row_bytes(ggml_type t, uint64_t n) {
-    int bs = ggml_type_block_size(t);
-    if (!bs || n % (uint64_t)bs) return 0;
-    return (size_t)(n / (uint64_t)bs) * ggml_type_block_bytes(t);
 }

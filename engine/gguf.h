@@ -11,16 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ggml tensor types (values as stored in GGUF). */
-typedef enum {
-    GGML_TYPE_F32 = 0,
-    GGML_TYPE_F16 = 1,
-    GGML_TYPE_Q4_0 = 2,
-    GGML_TYPE_Q8_0 = 8,
-    GGML_TYPE_Q4_K = 12,
-    GGML_TYPE_Q6_K = 14,
-    GGML_TYPE_BF16 = 30,
-} ggml_type;
+#include "kernels/quant.h"
 
 /* GGUF metadata value types. */
 typedef enum {
@@ -101,11 +92,5 @@ double gguf_arr_num(const gguf_kv *kv, uint64_t i);
 
 const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name);
 
-/* Type information: block size in elements and bytes per block; 0 if unknown. */
-int ggml_type_block_size(ggml_type t);
-size_t ggml_type_block_bytes(ggml_type t);
-const char *ggml_type_name(ggml_type t);
-/* Bytes of a row of n elements, or 0 when n is not a multiple of the block. */
-size_t ggml_row_bytes(ggml_type t, uint64_t n);
 
 #endif

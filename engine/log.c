@@ -1,5 +1,5 @@
 /* log.c - JSON-lines logger on stderr. */
-#include "log.h"
+#include "engine/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /* model.c - loading Llama/Qwen2 weights and the masked forward pass. */
-#include "model.h"
+#include "engine/model.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "gguf.h"
+#include "kernels/backend.h"
+#include "engine/gguf.h"
 
 typedef struct {
     kb_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;

@@ -1,5 +1,5 @@
 /* sampler.c - greedy, temperature, top-k and top-p sampling. */
-#include "sampler.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* textout.c - UTF-8 and stop-string safe incremental text. */
-#include "textout.h"
+#include "engine/textout.h"
 
 #include <stdlib.h>
 #include <string.h>

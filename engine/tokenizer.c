@@ -28,7 +28,7 @@
  *  - tok_piece: control and unknown-type tokens decode to nothing.
  *  - token_type values outside 1..6 are treated as normal tokens.
  */
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

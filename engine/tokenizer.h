@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 
 typedef enum { TOK_KIND_SPM, TOK_KIND_BPE } tok_kind;
 

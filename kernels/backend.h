@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 
 typedef struct {
     ggml_type type;

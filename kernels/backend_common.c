@@ -1,5 +1,5 @@
 /* backend.c - what every backend shares. */
-#include "backend.h"
+#include "kernels/backend.h"
 
 #include <stdio.h>
 

@@ -1,5 +1,5 @@
 /* hint.c - the hint policy of design §3. */
-#include "hint.h"
+#include "probe/hint.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* mask.c - layer masks on the wire: base64 (libb64) and layer groups. */
-#include "mask.h"
+#include "probe/mask.h"
 
 #include <b64/cdecode.h>
 #include <b64/cencode.h>

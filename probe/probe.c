@@ -1,5 +1,5 @@
 /* probe.c - probe files and the skip decision. */
-#include "probe.h"
+#include "probe/probe.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

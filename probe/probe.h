@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "probe_features.h"
+#include "probe/probe_features.h"
 
 #define PROBE_MAX_PARAMS 256
 #define PROBE_MAX_CANDIDATES (PROBE_MAX_PARAMS / (PROBE_N_FEATURES + 1))

@@ -1,5 +1,5 @@
 /* probe_features.c - hidden-state statistics for the probe. */
-#include "probe_features.h"
+#include "probe/probe_features.h"
 
 #include <math.h>
 #include <stddef.h>

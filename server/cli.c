@@ -1,19 +1,19 @@
 /* cli.c - the command-line tools: generate, tokenize, inspect, logits.
  * Each prints its result on stdout and logs on stderr; each returns the
  * process exit code (0 ok, 1 error, 2 usage). */
-#include "cli.h"
+#include "server/cli.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_bench.h"
-#include "cli_probe.h"
-#include "engine.h"
-#include "gguf.h"
-#include "log.h"
-#include "mask.h"
+#include "server/cli_bench.h"
+#include "server/cli_probe.h"
+#include "engine/engine.h"
+#include "engine/gguf.h"
+#include "engine/log.h"
+#include "probe/mask.h"
 
 typedef struct {
     const char *model, *prompt, *system, *mask_b64, *mask_list, *tokens, *out, *chat_template;

@@ -14,7 +14,7 @@
  * The prompt is P random token ids (fixed seed), generation is greedy for
  * exactly N tokens (end-of-generation tokens do not stop it). A warm-up
  * request runs first. */
-#include "cli_bench.h"
+#include "server/cli_bench.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,9 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
-#include "log.h"
-#include "mask.h"
+#include "engine/engine.h"
+#include "engine/log.h"
+#include "probe/mask.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

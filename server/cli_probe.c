@@ -7,7 +7,7 @@
  * fraction of its positions where the masked model's top-1 token equals the
  * full model's.
  */
-#include "cli_probe.h"
+#include "server/cli_probe.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,10 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
-#include "log.h"
-#include "probe.h"
-#include "probe_features.h"
+#include "engine/engine.h"
+#include "engine/log.h"
+#include "probe/probe.h"
+#include "probe/probe_features.h"
 
 typedef struct {
     char *system, *user, *raw, *cls;

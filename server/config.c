@@ -1,5 +1,5 @@
 /* config.c - defaults, the key = value config file and `ilpd serve` flags. */
-#include "config.h"
+#include "server/config.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -2,14 +2,14 @@
  * entry (MHD's socket context) on a list; a reaper thread wakes twice a
  * second and shuts down the sockets whose request is overdue, which makes
  * libmicrohttpd close them on its next turn. */
-#include "conntrack.h"
+#include "server/conntrack.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
 
-#include "log.h"
+#include "engine/log.h"
 
 typedef struct track {
     struct track *prev, *next;

@@ -1,7 +1,7 @@
 /* http.c - routes, auth, JSON and SSE responses over libmicrohttpd
  * (internal polling thread with epoll; connections suspended while their
  * job waits). */
-#include "http.h"
+#include "server/http.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -16,12 +16,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "conntrack.h"
-#include "log.h"
-#include "mask.h"
-#include "messages.h"
-#include "metrics.h"
-#include "ratelimit.h"
+#include "server/conntrack.h"
+#include "engine/log.h"
+#include "probe/mask.h"
+#include "server/messages.h"
+#include "server/metrics.h"
+#include "server/ratelimit.h"
 
 typedef enum { ROUTE_NONE, ROUTE_MESSAGES, ROUTE_COUNT, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS } route_id;
 

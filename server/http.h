@@ -4,9 +4,9 @@
 
 #include <stdatomic.h>
 
-#include "config.h"
-#include "engine.h"
-#include "worker.h"
+#include "server/config.h"
+#include "engine/engine.h"
+#include "server/worker.h"
 
 /* What the request handlers need; owned by server.c. */
 typedef struct {

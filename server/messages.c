@@ -1,5 +1,5 @@
 /* messages.c - the request side of the Messages API contract. */
-#include "messages.h"
+#include "server/messages.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "textout.h"
+#include "engine/textout.h"
 
 __attribute__((format(printf, 2, 3))) static int bad(msg_error *e, const char *fmt, ...) {
     va_list ap;

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 
 #define MSG_MAX_STOP 64
 

@@ -1,5 +1,5 @@
 /* metrics.c - counters, gauges, histograms and sliding windows. */
-#include "metrics.h"
+#include "server/metrics.h"
 
 #include <pthread.h>
 #include <stdarg.h>

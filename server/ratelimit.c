@@ -1,6 +1,6 @@
 /* ratelimit.c - token buckets: each request takes one token; tokens refill
  * continuously up to the burst size. */
-#include "ratelimit.h"
+#include "server/ratelimit.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /* server.c - `ilpd serve`: settings, model loading behind a live /health,
  * the worker, and a graceful SIGTERM. */
-#include "server.h"
+#include "server/server.h"
 
 #include <microhttpd.h>
 #include <signal.h>
@@ -10,12 +10,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "engine.h"
-#include "http.h"
-#include "log.h"
-#include "metrics.h"
-#include "worker.h"
+#include "server/config.h"
+#include "engine/engine.h"
+#include "server/http.h"
+#include "engine/log.h"
+#include "server/metrics.h"
+#include "server/worker.h"
 
 static int parse_level(const char *s) {
     static const char *names[] = {"debug", "info", "warn", "error"};

@@ -1,5 +1,5 @@
 /* worker.c - the engine worker: one job at a time from a bounded FIFO. */
-#include "worker.h"
+#include "server/worker.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -9,8 +9,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "log.h"
-#include "metrics.h"
+#include "engine/log.h"
+#include "server/metrics.h"
 
 struct worker {
     engine *e;

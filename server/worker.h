@@ -15,8 +15,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "engine.h"
-#include "messages.h"
+#include "engine/engine.h"
+#include "server/messages.h"
 
 typedef struct job {
     pthread_mutex_t lock;

@@ -29,10 +29,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cpu_internal.h"
-#include "quant.h"
-#include "threadpool.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/quant.h"
+#include "kernels/cpu/threadpool.h"
 
 typedef struct {
     tp_pool *pool;

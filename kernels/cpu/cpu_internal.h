@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "kernels/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -116,7 +116,6 @@ void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r
 size_t repack_group_bytes(ggml_type t, int cols);
 
 /* Scalar helpers shared by the kernels. */
-float cpu_f16_to_f32(uint16_t h);
 /* The 6-bit scale and min of sub-block j of a Q4_K super-block. */
 void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m);
 

@@ -1,7 +1,7 @@
 /* kern_avx2.c - AVX2 + FMA + F16C kernels, for x86-64 CPUs without
  * AVX-512. Integer dot products use maddubs (u8 x s8 -> s16 pairs) and
  * madd against ones; the x16 groups are read as two halves of 8 rows. */
-#include "cpu_internal.h"
+#include "kernels/cpu/cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ILPD_NO_SIMD)
 #include <immintrin.h>
@@ -38,7 +38,7 @@ static AI float wscalar(int wt, const uint8_t *p, int k) {
     uint16_t h;
     if (wt == W_F32) return ((const float *)p)[k];
     memcpy(&h, p + 2 * (size_t)k, 2);
-    if (wt == W_F16) return cpu_f16_to_f32(h);
+    if (wt == W_F16) return quant_f16_to_f32(h);
     uint32_t b = (uint32_t)h << 16;
     float f;
     memcpy(&f, &b, 4);
@@ -318,7 +318,7 @@ static T256 float dot_f16(const float *a, const uint16_t *b, int n) {
     for (; i + 8 <= n; i += 8)
         s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), s);
     float r = hsum(s);
-    for (; i < n; i++) r += a[i] * cpu_f16_to_f32(b[i]);
+    for (; i < n; i++) r += a[i] * quant_f16_to_f32(b[i]);
     return r;
 }
 
@@ -335,7 +335,7 @@ static T256 void axpy_f16(float *y, float a, const uint16_t *x, int n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
                                                 _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
+    for (; i < n; i++) y[i] += a * quant_f16_to_f32(x[i]);
 }
 
 static AI T256 __m256 exp256(__m256 x) {
@@ -424,7 +424,6 @@ static T256 void add(float *x, const float *y, size_t n) {
     for (; i < n; i++) x[i] += y[i];
 }
 
-uint16_t quant_f32_to_f16(float f);
 
 static T256 void to_f16(uint16_t *out, const float *x, size_t n) {
     size_t i = 0;
@@ -436,7 +435,7 @@ static T256 void to_f16(uint16_t *out, const float *x, size_t n) {
 
 #define KERN_TARGET T256
 #define KERN_ATTN attn
-#include "kern_attn.h"
+#include "kernels/cpu/kern_attn.h"
 #undef KERN_TARGET
 #undef KERN_ATTN
 

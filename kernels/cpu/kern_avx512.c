@@ -1,7 +1,7 @@
 /* kern_avx512.c - AVX-512 kernels (F, BW, VL, DQ, VNNI; F16C and FMA for the
  * float paths). Built for every x86-64 target through function attributes
  * and used only when the CPU reports the features at run time. */
-#include "cpu_internal.h"
+#include "kernels/cpu/cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ILPD_NO_SIMD)
 #include <immintrin.h>
@@ -412,7 +412,7 @@ static T512 void mm_q6_k(const uint8_t *w, size_t rb, int rows, const act_q8 *a,
                 const uint8_t *blk = w + (size_t)r * rb + (size_t)sb * 210;
                 uint16_t dh;
                 memcpy(&dh, blk + 208, 2);
-                __m512 d = _mm512_set1_ps(cpu_f16_to_f32(dh));
+                __m512 d = _mm512_set1_ps(quant_f16_to_f32(dh));
                 __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)));
                 __m512i q[4];
                 for (int h = 0; h < 2; h++) {
@@ -583,7 +583,7 @@ static T512 void to_f16(uint16_t *out, const float *x, size_t n) {
 
 #define KERN_TARGET T512
 #define KERN_ATTN attn_generic
-#include "kern_attn.h"
+#include "kernels/cpu/kern_attn.h"
 #undef KERN_TARGET
 #undef KERN_ATTN
 

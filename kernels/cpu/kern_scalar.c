@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_internal.h"
-#include "quant.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/quant.h"
 
 static float w_at(const void *w, ggml_type t, int k) {
     if (t == GGML_TYPE_F32) return ((const float *)w)[k];
@@ -212,7 +212,7 @@ static void to_f16(uint16_t *out, const float *x, size_t n) {
 
 #define KERN_TARGET
 #define KERN_ATTN attn
-#include "kern_attn.h"
+#include "kernels/cpu/kern_attn.h"
 #undef KERN_TARGET
 #undef KERN_ATTN
 

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_internal.h"
-#include "quant.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/quant.h"
 
 int repack_supported(ggml_type t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K; }
 

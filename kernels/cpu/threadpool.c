@@ -6,7 +6,7 @@
  * lock and signals only when some worker is asleep, so a job handed to
  * spinning workers costs two cache-line transfers (well under 1 us), and
  * completion is a counter the caller spins on. */
-#include "threadpool.h"
+#include "kernels/cpu/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

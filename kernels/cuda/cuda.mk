@@ -11,7 +11,7 @@
 
 CXX ?= g++
 CUDA_EMU_OBJ := $(BUILD)/kernels/cuda/cuda_emu.o
-CUDA_EMU_FLAGS := -std=c++17 -D_GNU_SOURCE -DILPD_CUDA_EMU $(WARN) -pthread -Iengine -Ikernels
+CUDA_EMU_FLAGS := -std=c++17 -D_GNU_SOURCE -DILPD_CUDA_EMU $(WARN) -pthread -I.
 ifeq ($(SANITIZE),1)
   CUDA_EMU_FLAGS += -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 else
@@ -26,6 +26,6 @@ $(CUDA_EMU_OBJ): kernels/cuda/cuda_backend.cu
 # everything else (the namespaces and C entry points of the two builds differ).
 $(BUILD)/tests/test_cuda_emu: tests/unit/test_cuda_emu.c tests/unit/test_cuda.c $(CUDA_EMU_OBJ) $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -MMD -MP -o $@ $< $(CUDA_EMU_OBJ) $(LIB_OBJS) $(LIBS) -lstdc++
+	$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(CUDA_EMU_OBJ) $(LIB_OBJS) $(LIBS) -lstdc++
 
 -include $(CUDA_EMU_OBJ:.o=.d)

@@ -35,20 +35,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_compat.cuh"
-#include "cuda_quant.cuh"
+#include "kernels/cuda/cuda_compat.cuh"
+#include "kernels/cuda/cuda_quant.cuh"
 #ifdef ILPD_CUDA_EMU
-#include "cuda_emu.cuh"
+#include "kernels/cuda/cuda_emu.cuh"
 #else
 #include <cublas_v2.h>
 #endif
 
 extern "C" {
-#include "backend.h"
-#include "cpu/quant.h"
-#include "cuda/cuda_backend.h"
-#include "gguf.h"
-#include "log.h"
+#include "kernels/backend.h"
+#include "kernels/quant.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "engine/gguf.h"
+#include "engine/log.h"
 }
 
 #ifdef ILPD_CUDA_EMU

@@ -32,7 +32,7 @@
 #endif
 
 extern "C" {
-#include "cpu/quant.h" /* the host side of h2f / f2h */
+#include "kernels/quant.h" /* the host side of h2f / f2h */
 }
 
 namespace ILPD_NS {

@@ -25,7 +25,7 @@
 #ifndef ILPD_CUDA_QUANT_CUH
 #define ILPD_CUDA_QUANT_CUH
 
-#include "cuda_compat.cuh"
+#include "kernels/cuda/cuda_compat.cuh"
 
 namespace ILPD_NS {
 

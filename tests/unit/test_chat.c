@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "check.h"
+#include "engine/chat.h"
+#include "tests/unit/check.h"
 
 /* Renders and compares with WANT; prints both on a mismatch. */
 static int renders(chat_family f, const char *sys, const chat_message *m, int n, const char *want) {

@@ -44,13 +44,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "check.h"
-#include "cpu/quant.h"
-#include "cuda/cuda_backend.h"
-#include "gguf.h"
-#include "mask.h"
-#include "model.h"
+#include "kernels/backend.h"
+#include "tests/unit/check.h"
+#include "kernels/quant.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "engine/gguf.h"
+#include "probe/mask.h"
+#include "engine/model.h"
 
 #ifdef CUDA_EMU
 #define TAG "cuda-emu"

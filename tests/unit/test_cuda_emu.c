@@ -3,4 +3,4 @@
  * against the CPU backend on machines without a GPU. Built by the Makefile's
  * CUDA section (it links build/.../kernels/cuda/cuda_emu.o). */
 #define CUDA_EMU 1
-#include "test_cuda.c"
+#include "tests/unit/test_cuda.c"

@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "check.h"
-#include "cpu/cpu_internal.h"
-#include "cpu/quant.h"
-#include "cpu/threadpool.h"
+#include "kernels/backend.h"
+#include "tests/unit/check.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/quant.h"
+#include "kernels/cpu/threadpool.h"
 
 static uint64_t rng_state = 12345;
 static uint32_t rnd(void) {

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "engine.h"
-#include "probe.h"
+#include "tests/unit/check.h"
+#include "engine/engine.h"
+#include "probe/probe.h"
 
 static const int32_t PROMPT[] = {1, 403, 407, 261, 378};
 

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "hint.h"
-#include "probe.h"
+#include "tests/unit/check.h"
+#include "probe/hint.h"
+#include "probe/probe.h"
 
 static void set(uint8_t *m, const char *bits) {
     for (size_t i = 0; i < strlen(bits); i++) m[i] = bits[i] == '1';

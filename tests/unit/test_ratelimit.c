@@ -1,8 +1,8 @@
 /* test_ratelimit.c - the token buckets of the optional rate limit, on a
  * clock the test controls. (CHECK evaluates its condition twice, so every
  * ratelimit_take happens before it.) */
-#include "check.h"
-#include "ratelimit.h"
+#include "tests/unit/check.h"
+#include "server/ratelimit.h"
 
 int main(void) {
     ratelimit *r1 = ratelimit_create(1, 0, 5), *r2 = ratelimit_create(0, 60, 5), *r3 = ratelimit_create(1, 60, 0.5);

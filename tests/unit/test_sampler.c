@@ -1,8 +1,8 @@
 /* test_sampler.c - greedy, seeded sampling, top-k and top-p. */
 #include <math.h>
 
-#include "check.h"
-#include "sampler.h"
+#include "tests/unit/check.h"
+#include "engine/sampler.h"
 
 int main(void) {
     float logits[6] = {0.1f, 2.0f, 1.9f, -1.0f, 2.0f, 0.0f};

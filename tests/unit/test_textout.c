@@ -1,8 +1,8 @@
 /* test_textout.c - UTF-8 holdback and stop strings of the text output. */
 #include <string.h>
 
-#include "check.h"
-#include "textout.h"
+#include "tests/unit/check.h"
+#include "engine/textout.h"
 
 /* Feeds the pieces one by one; returns the concatenated output and whether a stop matched. */
 static int feed(const char *const *stop, int n_stop, const char *const *pieces, int n, char *out, size_t cap,

@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "tests/unit/check.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
 
 #define MAX_IDS 8192
 

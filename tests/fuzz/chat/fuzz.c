@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "engine/chat.h"
 
 #define MAX_MSGS 16
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
 
 /* Reads every byte of [P, P+N) (ASan checks the range) into a sum. */
 static volatile uint8_t sink;

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "hint.h"
-#include "mask.h"
+#include "probe/hint.h"
+#include "probe/mask.h"
 
 #define MAX_LAYERS 256
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "messages.h"
+#include "server/messages.h"
 
 /* Checks the promises of a parsed request; traps on a broken one. */
 static void check_request(const msg_request *req, int count_only) {

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
 
 #define N_VOCABS 3
 

@@ -1,38 +1,8 @@
 /* quant.c - scalar reference implementations of the weight formats. */
-#include "quant.h"
-
-#include "cpu_internal.h"
+#include "kernels/quant.h"
 
 #include <math.h>
 #include <string.h>
-
-typedef struct {
-    uint16_t d;
-    int8_t qs[32];
-} block_q8_0;
-
-typedef struct {
-    uint16_t d;
-    uint8_t qs[16];
-} block_q4_0;
-
-typedef struct {
-    uint16_t d, dmin;
-    uint8_t scales[12];
-    uint8_t qs[128];
-} block_q4_k;
-
-typedef struct {
-    uint8_t ql[128];
-    uint8_t qh[64];
-    int8_t scales[16];
-    uint16_t d;
-} block_q6_k;
-
-_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
-_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
-_Static_assert(sizeof(block_q4_k) == 144, "q4_k layout");
-_Static_assert(sizeof(block_q6_k) == 210, "q6_k layout");
 
 float quant_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -78,8 +48,6 @@ uint16_t quant_f32_to_f16(float f) {
     if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++; /* may carry into the exponent: correct */
     return (uint16_t)half;
 }
-
-float cpu_f16_to_f32(uint16_t h) { return quant_f16_to_f32(h); }
 
 float quant_bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
@@ -204,4 +172,44 @@ float quant_dot_row(ggml_type t, const void *row, const float *x, int n) {
         for (int j = 0; j < n - i; j++) s += buf[j] * x[i + j];
     }
     return s;
+}
+
+int ggml_type_block_size(ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: return 1;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q8_0: return 32;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+size_t ggml_type_block_bytes(ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_F32: return 4;
+    case GGML_TYPE_F16: case GGML_TYPE_BF16: return 2;
+    case GGML_TYPE_Q4_0: return 18;
+    case GGML_TYPE_Q8_0: return 34;
+    case GGML_TYPE_Q4_K: return 144;
+    case GGML_TYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+const char *ggml_type_name(ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_F32: return "F32";
+    case GGML_TYPE_F16: return "F16";
+    case GGML_TYPE_BF16: return "BF16";
+    case GGML_TYPE_Q4_0: return "Q4_0";
+    case GGML_TYPE_Q8_0: return "Q8_0";
+    case GGML_TYPE_Q4_K: return "Q4_K";
+    case GGML_TYPE_Q6_K: return "Q6_K";
+    default: return "unknown";
+    }
+}
+
+size_t ggml_row_bytes(ggml_type t, uint64_t n) {
+    int bs = ggml_type_block_size(t);
+    if (!bs || n % (uint64_t)bs) return 0;
+    return (size_t)(n / (uint64_t)bs) * ggml_type_block_bytes(t);
 }

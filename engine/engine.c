@@ -493,7 +493,13 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
     return 0;
 }
 
-int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
+/* Ends a request that cannot run as asked: a retry fails the same way. */
+static void invalid(engine_result *res) {
+    res->reason = ENGINE_STOP_ERROR;
+    res->retryable = 0;
+}
+
+void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
                     const engine_callbacks *cb, engine_result *res) {
     const model *m = &e->model;
     double t0 = now_ms();
@@ -503,17 +509,20 @@ int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine
     res->n_prompt = n_prompt;
     if (n_prompt < 1 || gp->max_tokens < 1) {
         snprintf(res->error, sizeof res->error, "empty prompt or max_tokens < 1");
-        return -1;
+        invalid(res);
+        return;
     }
     if (n_prompt >= e->info.n_ctx) {
         snprintf(res->error, sizeof res->error, "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
                  e->info.n_ctx);
-        return -1;
+        invalid(res);
+        return;
     }
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= m->n_vocab) {
             snprintf(res->error, sizeof res->error, "token id %d at position %d is out of range", prompt[i], i);
-            return -1;
+            invalid(res);
+            return;
         }
     /* The KV cache holds the prompt and the answer, never more than the context. */
     long long need = (long long)n_prompt + gp->max_tokens;
@@ -621,5 +630,4 @@ done:
     textout_free(&out);
     free(logits);
     free(piece);
-    return 0;
 }

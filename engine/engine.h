@@ -149,9 +149,10 @@ int engine_tokenize(const engine *e, const char *text, int parse_special, int32_
 int engine_token_is_bos(const engine *e, int32_t id);
 
 /* Generates a continuation of PROMPT. Callbacks run on the calling thread.
- * Returns 0 when a result was produced (see res->reason), -1 on invalid
- * arguments (res->error says why). */
-int engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
+ * The outcome is in RES, and only there: res->reason says why generation
+ * stopped; ENGINE_STOP_ERROR (invalid arguments, out of memory, a failed
+ * kernel) comes with res->error and res->retryable. */
+void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
                     const engine_callbacks *cb, engine_result *res);
 
 /* Low-level: runs the forward pass over TOKENS (positions 0..n-1) with MASK

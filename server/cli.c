@@ -202,7 +202,8 @@ static int cmd_generate(const cli_opts *o) {
                             .layer_mask = has_mask ? mask : NULL};
     engine_callbacks cb = {.on_text = print_text};
     engine_result res;
-    if (engine_generate(e, tokens, n, &gp, &cb, &res) || res.reason == ENGINE_STOP_ERROR) {
+    engine_generate(e, tokens, n, &gp, &cb, &res);
+    if (res.reason == ENGINE_STOP_ERROR) {
         fprintf(stderr, "\nilpd: %s\n", res.error);
         goto done;
     }

@@ -394,7 +394,8 @@ int cli_bench(int argc, char **argv) {
     /* warm-up: a short request */
     engine_gen_params wp = gp;
     wp.max_tokens = 2;
-    if (engine_generate(e, prompt, n_prompt < 16 ? n_prompt : 16, &wp, &cb, &res) || res.reason == ENGINE_STOP_ERROR) {
+    engine_generate(e, prompt, n_prompt < 16 ? n_prompt : 16, &wp, &cb, &res);
+    if (res.reason == ENGINE_STOP_ERROR) {
         fprintf(stderr, "ilpd bench: %s\n", res.error);
         free(prompt);
         engine_close(e);
@@ -404,7 +405,8 @@ int cli_bench(int argc, char **argv) {
     size_t kv_bytes = 0;
     int n_generated = 0;
     for (int r = 0; r < reps; r++) {
-        if (engine_generate(e, prompt, n_prompt, &gp, &cb, &res) || res.reason == ENGINE_STOP_ERROR) {
+        engine_generate(e, prompt, n_prompt, &gp, &cb, &res);
+        if (res.reason == ENGINE_STOP_ERROR) {
             fprintf(stderr, "ilpd bench: %s\n", res.error);
             free(prompt);
             engine_close(e);

@@ -156,7 +156,8 @@ static int sample_measure(engine *e, const prompt_spec *spec, int n_gen, sample 
     engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = full};
     engine_callbacks cb = {.on_token = collect_id, .ud = &ids};
     engine_result res;
-    if (engine_generate(e, prompt, n, &gp, &cb, &res) || res.reason == ENGINE_STOP_ERROR || ids.n < 1) goto fail;
+    engine_generate(e, prompt, n, &gp, &cb, &res);
+    if (res.reason == ENGINE_STOP_ERROR || ids.n < 1) goto fail;
     sm->n_prompt = n;
     sm->n_seq = n + ids.n;
     sm->full_top1 = malloc((size_t)ids.n * sizeof *sm->full_top1);
@@ -802,7 +803,8 @@ static int run_answer(engine *e, const int32_t *prompt, int n, int n_gen, const 
     a->ids.cap = n_gen;
     engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = forced};
     engine_callbacks cb = {.on_token = answer_token, .on_text = answer_text, .ud = a};
-    if (engine_generate(e, prompt, n, &gp, &cb, res) || res->reason == ENGINE_STOP_ERROR) return -1;
+    engine_generate(e, prompt, n, &gp, &cb, res);
+    if (res->reason == ENGINE_STOP_ERROR) return -1;
     return 0;
 }
 

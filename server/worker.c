@@ -258,8 +258,8 @@ static void run_job(worker *w, job *j) {
     engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_progress = on_progress, .ud = &r};
     if (client_gone(j)) {
         j->res.reason = ENGINE_STOP_CANCELLED;
-    } else if (engine_generate(w->e, j->prompt, j->n_prompt, &gp, &cb, &j->res)) {
-        j->res.reason = ENGINE_STOP_ERROR;
+    } else {
+        engine_generate(w->e, j->prompt, j->n_prompt, &gp, &cb, &j->res);
     }
     metrics_kv_bytes(0);
     if (j->res.reason != ENGINE_STOP_CANCELLED && j->res.reason != ENGINE_STOP_ERROR)

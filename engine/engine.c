@@ -36,7 +36,7 @@ struct engine {
     int probe_loaded, layer_skip;
     char *probe_path;
     float hint_max_deviation;
-    int kv_fail_request, n_requests;
+    int kv_fail_request, scratch_fail_request, kernel_fail_request, kernel_fail_token, n_requests;
 };
 
 static double now_ms(void) {
@@ -216,6 +216,9 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->probe_k = p->probe_k > 0 ? p->probe_k : probe_default_k(m->n_layers);
     e->hint_max_deviation = p->hint_max_deviation > 0 ? p->hint_max_deviation : 0.15f;
     e->kv_fail_request = p->kv_fail_request;
+    e->scratch_fail_request = p->scratch_fail_request;
+    e->kernel_fail_request = p->kernel_fail_request;
+    e->kernel_fail_token = p->kernel_fail_token;
     e->layer_skip = p->layer_skip;
     probe_find(e, p);
     return e;
@@ -348,12 +351,13 @@ int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t
     if (n < 1 || n > e->info.n_ctx) return -1;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->n_vocab) return -1;
+    kb_error_clear(e->kb);
     if (model_state_init(&st, m, e->kb, n, n, mask, e->kv_type, err, sizeof err)) return -1;
     model_embed(m, e->kb, &st, tokens, n);
     model_forward_layers(m, e->kb, &st, n, 0, 0, m->n_layers);
     model_logits(m, e->kb, &st, 0, n, logits);
     model_state_free(&st, e->kb);
-    return 0;
+    return kb_error(e->kb) ? -1 : 0;
 }
 
 int engine_warm(engine *e) {
@@ -369,14 +373,16 @@ int engine_warm(engine *e) {
 static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }
 
 /* Runs layers [l0, l1) over the N prompt rows, one layer at a time,
- * reporting progress and checking the cancel flag between layers. Returns
- * 0, or 1 when cancelled. */
+ * reporting progress and checking the cancel flag and the backend's error
+ * state between layers. Returns 0, 1 when cancelled, or -1 when the
+ * backend failed (kb_error says why). */
 static int prefill_layers(engine *e, model_state *st, int n, int l0, int l1, const engine_gen_params *gp,
                           const engine_callbacks *cb) {
     const model *m = &e->model;
     for (int l = l0; l < l1; l++) {
         if (cancelled(gp)) return 1;
         model_forward_layers(m, e->kb, st, n, 0, l, l + 1);
+        if (kb_error(e->kb)) return -1;
         if (cb && cb->on_progress) cb->on_progress(cb->ud, (l + 1) * n, m->n_layers * n);
     }
     return 0;
@@ -400,7 +406,8 @@ static int probe_measure(engine *e, model_state *st, int n, probe_stats *ps, flo
 }
 
 /* Runs layers 0..k-1 over the embedded prompt rows, measuring the mean
- * norm before each of them; then the rest of probe_measure. */
+ * norm before each of them; then the rest of probe_measure. Returns 0, 1
+ * when cancelled, or -1 (out of memory, or the backend failed). */
 static int probe_prefill(engine *e, model_state *st, int n, int k, probe_stats *ps, float *logits,
                          const engine_gen_params *gp, const engine_callbacks *cb) {
     const model *m = &e->model;
@@ -411,13 +418,14 @@ static int probe_prefill(engine *e, model_state *st, int n, int k, probe_stats *
     for (int l = 0; l < k; l++) {
         e->kb->to_host(e->kb, host, st->x, (size_t)n * m->dim * sizeof *host);
         ps->norm[l] = probe_mean_norm(host, n, m->dim);
-        if (prefill_layers(e, st, n, l, l + 1, gp, cb)) {
+        int rc = prefill_layers(e, st, n, l, l + 1, gp, cb);
+        if (rc) {
             free(host);
-            return 1;
+            return rc;
         }
     }
     free(host);
-    return probe_measure(e, st, n, ps, logits);
+    return probe_measure(e, st, n, ps, logits) || kb_error(e->kb) ? -1 : 0;
 }
 
 int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features) {
@@ -428,6 +436,7 @@ int engine_probe_features(engine *e, const int32_t *tokens, int n, float *featur
     char err[256];
     uint8_t mask[ENGINE_MAX_LAYERS] = {0};
     if (n < 1 || n > e->info.n_ctx) return -1;
+    kb_error_clear(e->kb);
     for (int l = 0; l < k; l++) mask[l] = 1;
     float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
     if (!logits) return -1;
@@ -493,6 +502,13 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
     return 0;
 }
 
+/* Testing (kernel_fail_request): in that generation, once TOKENS tokens are
+ * generated, the backend's next operation fails. */
+static void arm_kernel_fault(engine *e, int tokens) {
+    if (e->n_requests == e->kernel_fail_request && tokens == e->kernel_fail_token)
+        e->kb->fail_at = e->kb->launches(e->kb) + 1;
+}
+
 /* Ends a request that cannot run as asked: a retry fails the same way. */
 static void invalid(engine_result *res) {
     res->reason = ENGINE_STOP_ERROR;
@@ -545,6 +561,8 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     for (int l = 0; l < m->n_layers; l++) first[l] = probing ? l < k : 1;
     if (gp->layer_mask) memcpy(first, gp->layer_mask, (size_t)m->n_layers);
     e->n_requests++;
+    kb_error_clear(e->kb);
+    if (e->n_requests == e->scratch_fail_request) e->kb->fail_scratch = 1;
     if (e->kv_fail_request && e->n_requests == e->kv_fail_request) {
         snprintf(res->error, sizeof res->error, "out of memory for the KV cache (simulated for testing)");
         res->retryable = 0;
@@ -560,17 +578,23 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
         goto error;
     }
     have_sampler = 1;
+    arm_kernel_fault(e, 0);
     model_embed(m, e->kb, &st, prompt, n_prompt);
     rc = decide_mask(e, &st, n_prompt, gp, cb, logits, res);
     if (rc > 0) goto cancel;
+    if (rc < 0 && kb_error(e->kb)) goto backend_error;
     if (rc < 0) {
+        if (!res->error[0]) snprintf(res->error, sizeof res->error, "out of memory for the layer probe");
         res->retryable = 0;
         goto error;
     }
     res->kv_bytes = st.kv_bytes;
     if (cb->on_start && cb->on_start(cb->ud, res->mask, m->n_layers)) goto cancel;
-    if (prefill_layers(e, &st, n_prompt, probing ? k : 0, m->n_layers, gp, cb)) goto cancel;
+    rc = prefill_layers(e, &st, n_prompt, probing ? k : 0, m->n_layers, gp, cb);
+    if (rc > 0) goto cancel;
+    if (rc < 0) goto backend_error;
     model_logits(m, e->kb, &st, n_prompt - 1, 1, logits);
+    if (kb_error(e->kb)) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
     int pos = n_prompt;
@@ -606,9 +630,11 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
             res->reason = ENGINE_STOP_CONTEXT;
             break;
         }
+        arm_kernel_fault(e, res->n_generated);
         model_embed(m, e->kb, &st, &tok, 1);
         model_forward_layers(m, e->kb, &st, 1, pos, 0, m->n_layers);
         model_logits(m, e->kb, &st, 0, 1, logits);
+        if (kb_error(e->kb)) goto backend_error;
         pos++;
     }
     if (res->reason != ENGINE_STOP_SEQUENCE) {
@@ -621,9 +647,13 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
 cancel:
     res->reason = ENGINE_STOP_CANCELLED;
     goto done;
+backend_error: /* a failed kernel: this request's output is lost, the next one may run */
+    snprintf(res->error, sizeof res->error, "the %s backend failed: %s", e->kb->name, kb_error(e->kb));
 error:
     res->reason = ENGINE_STOP_ERROR;
 done:
+    e->kb->fail_at = 0; /* testing faults that did not fire end with their request */
+    e->kb->fail_scratch = 0;
     res->total_ms = now_ms() - t0;
     if (have_sampler) sampler_free(&sm);
     if (have_state) model_state_free(&st, e->kb);

@@ -39,7 +39,12 @@ typedef struct {
     float hint_max_deviation;  /* fraction of layers a hint may change (design §3; 0.15) */
     int probe_k;               /* layers before the probe reads its features, when no probe file sets it
                                   (calibration); 0: probe_default_k; above n_layers-2: engine_open fails */
-    int kv_fail_request;       /* testing: the KV allocation of the N-th generation fails (0: never) */
+    /* Testing: faults injected into the N-th generation (0: never), so that
+     * tests can see a failure reach the client and the next request run. */
+    int kv_fail_request;       /* its KV allocation fails */
+    int scratch_fail_request;  /* its backend scratch allocation fails (when it allocates) */
+    int kernel_fail_request;   /* a backend operation fails, the first one after ... */
+    int kernel_fail_token;     /* ... this many tokens were generated (0: in prefill) */
 } engine_params;
 
 /* What the layer-skipping machinery did for a request (x-layer-status). */

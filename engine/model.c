@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,45 @@ typedef struct {
     kb_weight *w;
     const gguf_tensor *t;
 } weight_ref;
+
+/* A layer's weights, listed once: the tensor name after "blk.N.", the
+ * field, and the shape as widths of the model (rows NONE: a 1-D tensor). */
+typedef enum { WIDTH_NONE, WIDTH_DIM, WIDTH_Q, WIDTH_KV, WIDTH_FFN } width_kind;
+typedef struct {
+    const char *suffix;
+    size_t field;         /* offsetof(model_layer, ...) */
+    width_kind cols, rows;
+    int bias;             /* qwen2's q/k/v biases: required there, absent elsewhere */
+} layer_weight_def;
+
+static const layer_weight_def LAYER_WEIGHTS[] = {
+    {"attn_norm.weight", offsetof(model_layer, attn_norm), WIDTH_DIM, WIDTH_NONE, 0},
+    {"attn_q.weight", offsetof(model_layer, wq), WIDTH_DIM, WIDTH_Q, 0},
+    {"attn_k.weight", offsetof(model_layer, wk), WIDTH_DIM, WIDTH_KV, 0},
+    {"attn_v.weight", offsetof(model_layer, wv), WIDTH_DIM, WIDTH_KV, 0},
+    {"attn_output.weight", offsetof(model_layer, wo), WIDTH_Q, WIDTH_DIM, 0},
+    {"ffn_norm.weight", offsetof(model_layer, ffn_norm), WIDTH_DIM, WIDTH_NONE, 0},
+    {"ffn_gate.weight", offsetof(model_layer, w_gate), WIDTH_DIM, WIDTH_FFN, 0},
+    {"ffn_up.weight", offsetof(model_layer, w_up), WIDTH_DIM, WIDTH_FFN, 0},
+    {"ffn_down.weight", offsetof(model_layer, w_down), WIDTH_FFN, WIDTH_DIM, 0},
+    {"attn_q.bias", offsetof(model_layer, bq), WIDTH_Q, WIDTH_NONE, 1},
+    {"attn_k.bias", offsetof(model_layer, bk), WIDTH_KV, WIDTH_NONE, 1},
+    {"attn_v.bias", offsetof(model_layer, bv), WIDTH_KV, WIDTH_NONE, 1},
+};
+#define N_LAYER_WEIGHTS (sizeof LAYER_WEIGHTS / sizeof *LAYER_WEIGHTS)
+
+static kb_weight *layer_weight(model_layer *L, size_t i) { return (kb_weight *)((char *)L + LAYER_WEIGHTS[i].field); }
+
+static int width_of(const model *m, width_kind k) {
+    switch (k) {
+    case WIDTH_DIM: return m->dim;
+    case WIDTH_Q: return m->q_dim;
+    case WIDTH_KV: return m->kv_dim;
+    case WIDTH_FFN: return m->ffn_dim;
+    case WIDTH_NONE: break;
+    }
+    return 0;
+}
 
 /* Computes the RoPE inverse frequencies, applying Llama 3 scaling
  * (rope_freqs.weight factors, or the rope.scaling.* keys) or linear scaling. */
@@ -169,7 +209,7 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     memset(m, 0, sizeof *m);
     if (read_hparams(m, &ld)) goto fail;
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
-    refs = calloc((size_t)m->n_layers * 12 + 3, sizeof *refs);
+    refs = calloc((size_t)m->n_layers * N_LAYER_WEIGHTS + 3, sizeof *refs);
     if (!m->layers || !refs) {
         load_fail(&ld, "out of memory");
         goto fail;
@@ -186,27 +226,18 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     WEIGHT("output_norm.weight", &m->output_norm, m->dim, 0, 0);
     WEIGHT("output.weight", &m->output, m->dim, m->n_vocab, 1);
     if (rc == 1) m->output = m->tok_embd; /* tied head: shares the embedding */
+    int qwen2 = !strcmp(m->arch, "qwen2");
     for (int l = 0; l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
         char name[96];
-#define LAYER(suffix, w, cols, rows, optional)                                    \
-        snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                     \
-        WEIGHT(name, w, cols, rows, optional)
-        LAYER("attn_norm.weight", &L->attn_norm, m->dim, 0, 0);
-        LAYER("attn_q.weight", &L->wq, m->dim, m->q_dim, 0);
-        LAYER("attn_k.weight", &L->wk, m->dim, m->kv_dim, 0);
-        LAYER("attn_v.weight", &L->wv, m->dim, m->kv_dim, 0);
-        LAYER("attn_output.weight", &L->wo, m->q_dim, m->dim, 0);
-        LAYER("ffn_norm.weight", &L->ffn_norm, m->dim, 0, 0);
-        LAYER("ffn_gate.weight", &L->w_gate, m->dim, m->ffn_dim, 0);
-        LAYER("ffn_up.weight", &L->w_up, m->dim, m->ffn_dim, 0);
-        LAYER("ffn_down.weight", &L->w_down, m->ffn_dim, m->dim, 0);
-        int required = !strcmp(m->arch, "qwen2") ? 0 : 1;
-        LAYER("attn_q.bias", &L->bq, m->q_dim, 0, required);
-        L->has_bias = rc == 0;
-        LAYER("attn_k.bias", &L->bk, m->kv_dim, 0, !L->has_bias);
-        LAYER("attn_v.bias", &L->bv, m->kv_dim, 0, !L->has_bias);
-#undef LAYER
+        for (size_t i = 0; i < N_LAYER_WEIGHTS; i++) {
+            const layer_weight_def *d = &LAYER_WEIGHTS[i];
+            /* the first bias decides: required on qwen2, and then so are the others */
+            int optional = d->bias && (d->field == offsetof(model_layer, bq) ? !qwen2 : !L->has_bias);
+            snprintf(name, sizeof name, "blk.%d.%s", l, d->suffix);
+            WEIGHT(name, layer_weight(L, i), width_of(m, d->cols), width_of(m, d->rows), optional);
+            if (d->field == offsetof(model_layer, bq)) L->has_bias = rc == 0;
+        }
     }
 #undef WEIGHT
     /* Copy every weight into one anonymous allocation: file pages of a
@@ -235,12 +266,11 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     madvise((void *)f->map, f->map_size, MADV_DONTNEED);
     for (int l = 0; l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
-        kb_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm,
-                           &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
-            if (!ws[i]->host) continue;
-            L->bytes += ws[i]->nbytes;
-            if (kb->weight_upload(kb, ws[i])) {
+        for (size_t i = 0; i < N_LAYER_WEIGHTS; i++) {
+            kb_weight *w = layer_weight(L, i);
+            if (!w->host) continue;
+            L->bytes += w->nbytes;
+            if (kb->weight_upload(kb, w)) {
                 load_fail(&ld, "cannot upload the weights of layer %d to the %s backend", l, kb->name);
                 goto fail;
             }
@@ -262,24 +292,19 @@ fail:
 
 int model_layer_protect(model *m, int l, int protect) {
     if (l < 0 || l >= m->n_layers) return -1;
-    model_layer *L = &m->layers[l];
-    const kb_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm,
-                             &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-        if (ws[i]->host && mprotect((void *)ws[i]->host, WEIGHT_SPAN(ws[i]->nbytes), protect ? PROT_NONE : PROT_READ | PROT_WRITE))
+    for (size_t i = 0; i < N_LAYER_WEIGHTS; i++) {
+        const kb_weight *w = layer_weight(&m->layers[l], i);
+        if (w->host && mprotect((void *)w->host, WEIGHT_SPAN(w->nbytes), protect ? PROT_NONE : PROT_READ | PROT_WRITE))
             return -1;
+    }
     return 0;
 }
 
 void model_free(model *m, kb_backend *kb) {
     if (m->layers) {
-        for (int l = 0; l < m->n_layers; l++) {
-            model_layer *L = &m->layers[l];
-            kb_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_norm,
-                               &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
-            for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-                if (ws[i]->dev) kb->weight_release(kb, ws[i]);
-        }
+        for (int l = 0; l < m->n_layers; l++)
+            for (size_t i = 0; i < N_LAYER_WEIGHTS; i++)
+                if (layer_weight(&m->layers[l], i)->dev) kb->weight_release(kb, layer_weight(&m->layers[l], i));
     }
     if (m->output.dev && m->output.dev != m->tok_embd.dev) kb->weight_release(kb, &m->output);
     if (m->tok_embd.dev) kb->weight_release(kb, &m->tok_embd);
@@ -341,10 +366,14 @@ int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, 
     s->hb2 = kb->alloc(kb, c * m->ffn_dim * sizeof(float));
     s->logits = kb->alloc(kb, c * m->n_vocab * sizeof(float));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->logits) goto oom;
-    int widest = m->ffn_dim > wide ? m->ffn_dim : wide;
-    if (kb->reserve(kb, widest, n_ctx)) goto oom;
     for (int l = 0; l < m->n_layers; l++)
         if (s->mask[l] && kv_alloc(s, m, kb, l, err, errlen)) goto fail;
+    /* after the KV cache: a request that does not fit grows no scratch */
+    kb_scratch_shape shape = {s->chunk, m->ffn_dim > wide ? m->ffn_dim : wide, n_ctx, &m->attn};
+    if (kb->reserve(kb, &shape)) {
+        snprintf(err, errlen, "%s", kb_error(kb) ? kb_error(kb) : "reserve: out of memory");
+        goto fail;
+    }
     return 0;
 oom:
     snprintf(err, errlen, "out of memory for the request state (%d positions)", n_ctx);

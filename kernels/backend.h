@@ -14,6 +14,16 @@
  *
  * Shapes: activations are row-major [n tokens][width]. A weight has ROWS
  * output features, each a row of COLS input features (ggml's ne[0] = cols).
+ *
+ * Failures: the compute operations return nothing. An operation that fails
+ * (a kernel launch, a copy, a shape the reserved scratch cannot hold)
+ * records why with kb_fail and does no more; the first failure sticks until
+ * kb_error_clear. The engine reads kb_error at least once per layer batch
+ * and once per token, and turns a failure into an error for the request.
+ * Scratch memory is allocated by reserve() only: no operation allocates.
+ *
+ * Kernels log nothing themselves: what they have to say goes into the error
+ * state (or, for debugging aids, to stderr).
  */
 #ifndef ILPD_BACKEND_H
 #define ILPD_BACKEND_H
@@ -46,20 +56,31 @@ typedef struct {
     const float *inv_freq; /* head_dim/2 inverse frequencies (host memory) */
 } kb_attn_shape;
 
+/* What the scratch of one request must hold (reserve). */
+typedef struct {
+    int max_rows;       /* rows of one operation (embed may take more: it goes in pieces) */
+    int max_width;      /* widest activation row (dim, q_dim, ffn_dim) */
+    int n_ctx;          /* KV positions attention runs over */
+    const kb_attn_shape *attn;
+} kb_scratch_shape;
+
 typedef struct kb_backend kb_backend;
 
 struct kb_backend {
     const char *name;
     void *impl;
+    char error[256];    /* the first failure since kb_error_clear, "" when none */
+    uint64_t fail_at;   /* testing: the operation that starts when launches() equals this fails (0: never) */
+    int fail_scratch;   /* testing: the next reserve() that allocates fails as out of memory (then 0) */
 
     /* Memory. alloc returns NULL on failure; free accepts NULL. */
     void *(*alloc)(kb_backend *kb, size_t bytes);
     void (*free)(kb_backend *kb, void *p);
     void (*to_host)(kb_backend *kb, void *dst, const void *src, size_t bytes);
     void (*to_backend)(kb_backend *kb, void *dst, const void *src, size_t bytes);
-    /* Prepares scratch space for rows of up to MAX_WIDTH values and
-     * attention over up to N_CTX positions; 0 or -1 when out of memory. */
-    int (*reserve)(kb_backend *kb, int max_width, int n_ctx);
+    /* Allocates the scratch the operations need for requests of shape S
+     * (grown, never shrunk); 0, or -1 when out of memory (kb_error says so). */
+    int (*reserve)(kb_backend *kb, const kb_scratch_shape *s);
     /* Makes W usable by this backend (uploads it); 0 or -1. */
     int (*weight_upload)(kb_backend *kb, kb_weight *w);
     void (*weight_release)(kb_backend *kb, kb_weight *w);
@@ -98,5 +119,15 @@ kb_backend *kb_cuda_create(int dev, char *err, size_t errlen);
 
 /* Bytes of one KV cache layer of this shape and type. */
 size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
+
+/* Records a failure of KB ("what: why"), unless one is already recorded. */
+void kb_fail(kb_backend *kb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The recorded failure, or NULL when there is none. */
+const char *kb_error(const kb_backend *kb);
+void kb_error_clear(kb_backend *kb);
+/* For the backends, as an operation starts: 1 when a test armed a failure
+ * for this operation (recorded as "OP: injected fault"), else 0. LAUNCHES
+ * is the backend's count of operations before this one. */
+int kb_fault_due(kb_backend *kb, uint64_t launches, const char *op);
 
 #endif

@@ -1,10 +1,31 @@
-/* backend.c - what every backend shares. */
+/* backend_common.c - what every backend shares: KV sizes, the error state. */
 #include "kernels/backend.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
 size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim) {
     return (size_t)n_ctx * (size_t)kv_dim * (t == KB_KV_F16 ? 2 : 4);
+}
+
+void kb_fail(kb_backend *kb, const char *fmt, ...) {
+    if (kb->error[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kb->error, sizeof kb->error, fmt, ap);
+    va_end(ap);
+    if (!kb->error[0]) snprintf(kb->error, sizeof kb->error, "unknown failure");
+}
+
+const char *kb_error(const kb_backend *kb) { return kb->error[0] ? kb->error : NULL; }
+
+void kb_error_clear(kb_backend *kb) { kb->error[0] = 0; }
+
+int kb_fault_due(kb_backend *kb, uint64_t launches, const char *op) {
+    if (!kb->fail_at || launches + 1 != kb->fail_at) return 0;
+    kb->fail_at = 0;
+    kb_fail(kb, "%s: injected fault", op);
+    return 1;
 }
 
 #ifndef ILPD_CUDA

@@ -38,10 +38,12 @@ typedef struct {
     tp_pool *pool;
     int n_threads;
     const cpu_kern *k;
-    float **scratch;      /* one buffer per thread */
+    float **scratch;      /* one buffer per thread: a dequantized row, or attention scores */
     size_t scratch_len;   /* floats in each */
     void *act_mem;        /* the quantized activation of the current matmul */
     size_t act_bytes;
+    float *rope_cs;       /* [2][rope_half]: cos and sin of one position */
+    int rope_half;
     atomic_ullong launches;
     int profile;          /* ILPD_CPU_PROFILE=1: time each kind of op, printed at destroy; 2: and each matmul shape */
     double prof_s[16];
@@ -69,7 +71,12 @@ static double prof_now(void) {
 
 static cpu_impl *impl_of(kb_backend *kb) { return kb->impl; }
 
-static void count_launch(kb_backend *kb) { atomic_fetch_add_explicit(&impl_of(kb)->launches, 1, memory_order_relaxed); }
+/* Counts an operation as it starts; 1 when it must not run (a test's
+ * injected fault, recorded as the backend's error). */
+static int op_begin(kb_backend *kb, const char *op) {
+    uint64_t n = atomic_fetch_add_explicit(&impl_of(kb)->launches, 1, memory_order_relaxed);
+    return kb_fault_due(kb, n, op);
+}
 
 static void *cpu_alloc(kb_backend *kb, size_t bytes) {
     (void)kb;
@@ -87,21 +94,61 @@ static void cpu_copy(kb_backend *kb, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
-/* Grows every thread's scratch to NEED floats; 0 or -1. */
-static int scratch_grow(cpu_impl *c, size_t need) {
-    if (need <= c->scratch_len) return 0;
-    if (need < 2 * c->scratch_len) need = 2 * c->scratch_len; /* geometric: attention asks one position more per token */
-    for (int i = 0; i < c->n_threads; i++) {
-        float *p = realloc(c->scratch[i], need * sizeof(float));
-        if (!p) return -1;
-        c->scratch[i] = p;
+/* Bytes of the quantized activation of N tokens of COLS (cols a multiple of
+ * CPU_QK): the int8 values, then four arrays of per-block numbers. */
+static size_t act_size(size_t n, size_t cols, size_t *qs_bytes, size_t *fl_bytes) {
+    size_t nb = cols / CPU_QK, qs = (n * cols + 63) / 64 * 64, fl = (n * nb * 4 + 63) / 64 * 64;
+    if (qs_bytes) *qs_bytes = qs;
+    if (fl_bytes) *fl_bytes = fl;
+    return qs + 4 * fl;
+}
+
+/* Allocates BYTES for the scratch, unless a test armed a failure: NULL. */
+static void *scratch_alloc(kb_backend *kb, size_t bytes) {
+    if (kb->fail_scratch) {
+        kb->fail_scratch = 0;
+        return NULL;
     }
-    c->scratch_len = need;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+/* Replaces *P by a new block of BYTES (contents not kept); 0 or -1. */
+static int scratch_replace(kb_backend *kb, void **p, size_t bytes) {
+    void *n = scratch_alloc(kb, bytes);
+    if (!n) return -1;
+    free(*p);
+    *p = n;
     return 0;
 }
 
-static int cpu_reserve(kb_backend *kb, int max_width, int n_ctx) {
-    return scratch_grow(impl_of(kb), (size_t)(max_width > n_ctx ? max_width : n_ctx));
+/* Grows every scratch buffer to what requests of shape S need: per thread a
+ * dequantized row (max_width) or the attention scores of one KV head's query
+ * group (n_ctx * group); the quantized activation of max_rows rows; RoPE's
+ * cos/sin of one position. */
+static int cpu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
+    cpu_impl *c = impl_of(kb);
+    int group = s->attn ? s->attn->n_heads / s->attn->n_kv_heads : 1;
+    size_t need = (size_t)s->n_ctx * (size_t)group;
+    if (need < (size_t)s->max_width) need = (size_t)s->max_width;
+    for (int i = 0; need > c->scratch_len && i < c->n_threads; i++)
+        if (scratch_replace(kb, (void **)&c->scratch[i], need * sizeof(float))) goto oom;
+    if (need > c->scratch_len) c->scratch_len = need;
+    size_t act = act_size((size_t)s->max_rows, ((size_t)s->max_width + CPU_QK - 1) / CPU_QK * CPU_QK, NULL, NULL);
+    if (act > c->act_bytes) {
+        if (scratch_replace(kb, &c->act_mem, act)) goto oom;
+        c->act_bytes = act;
+    }
+    int half = s->attn ? s->attn->head_dim / 2 : 0;
+    if (half > c->rope_half) {
+        if (scratch_replace(kb, (void **)&c->rope_cs, 2 * (size_t)half * sizeof(float))) goto oom;
+        c->rope_half = half;
+    }
+    return 0;
+oom:
+    /* a thread's scratch may be new and longer: scratch_len still holds for all */
+    kb_fail(kb, "reserve: out of memory for the scratch of %d rows of %d and %d positions", s->max_rows, s->max_width,
+            s->n_ctx);
+    return -1;
 }
 
 static int is_repacked(const kb_weight *w) { return w->dev && w->dev == w->host && repack_supported(w->type); }
@@ -126,7 +173,7 @@ static const void *weight_row(const kb_weight *w, int r) {
 }
 
 static void cpu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int32_t *tokens, int n) {
-    count_launch(kb);
+    if (op_begin(kb, "embed")) return;
     PROF_BEGIN(impl_of(kb));
     for (int i = 0; i < n; i++) {
         float *o = out + (size_t)i * emb->cols;
@@ -160,7 +207,7 @@ static void rmsnorm_rows(void *ctx, size_t b, size_t e, int ith) {
 }
 
 static void cpu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps) {
-    count_launch(kb);
+    if (op_begin(kb, "rmsnorm")) return;
     PROF_BEGIN(impl_of(kb));
     rows_job j = {impl_of(kb), out, x, w, n, dim, eps};
     if (n >= 8)
@@ -260,17 +307,11 @@ static void quant_rows(void *ctx, size_t b, size_t e, int ith) {
                            a->m128 + t * a->nb, a->ds + t * a->nb);
 }
 
-/* Points A at room for n tokens of COLS in c->act_mem; 0 or -1. */
+/* Points A at room for n tokens of COLS in c->act_mem; 0, or -1 when the
+ * reserved room is too small. */
 static int act_prepare(cpu_impl *c, act_q8 *a, int n, int cols) {
-    size_t nb = (size_t)cols / CPU_QK, tn = (size_t)n;
-    size_t qs = (tn * cols + 63) / 64 * 64, fl = (tn * nb * 4 + 63) / 64 * 64;
-    size_t need = qs + 4 * fl;
-    if (need > c->act_bytes) {
-        free(c->act_mem);
-        c->act_mem = aligned_alloc(64, need);
-        c->act_bytes = c->act_mem ? need : 0;
-        if (!c->act_mem) return -1;
-    }
+    size_t nb = (size_t)cols / CPU_QK, qs, fl;
+    if (act_size((size_t)n, (size_t)cols, &qs, &fl) > c->act_bytes) return -1;
     uint8_t *p = c->act_mem;
     a->qs = (int8_t *)p;
     a->d = (float *)(p + qs);
@@ -283,7 +324,7 @@ static int act_prepare(cpu_impl *c, act_q8 *a, int n, int cols) {
 }
 
 static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n) {
-    count_launch(kb);
+    if (op_begin(kb, "matmul")) return;
     cpu_impl *c = impl_of(kb);
     PROF_BEGIN(c);
     matmul_job j;
@@ -306,13 +347,8 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
                 j.ng = w->rows / RP_ROWS;
                 j.group_bytes = RP_ROWS * j.row_bytes;
             }
-            if (act_prepare(c, &j.a, n, w->cols) || scratch_grow(c, (size_t)w->cols)) {
-                /* out of memory for the quantized activation: row by row in float, slowly */
-                for (int r = 0; c->scratch_len >= (size_t)w->cols && r < w->rows; r++) {
-                    repack_dequant_row(w->type, w->host, w->rows, w->cols, r, c->scratch[0]);
-                    c->k->mm_f32(c->scratch[0], 0, 1, x, w->cols, n, w->cols, out + r, w->rows);
-                }
-                PROF_END(c, n == 1 ? P_MATMUL1 : P_MATMULN);
+            if (act_prepare(c, &j.a, n, w->cols)) {
+                kb_fail(kb, "matmul: %d rows of %d are more than the scratch reserved", n, w->cols);
                 return;
             }
             quant_job q = {c, x, &j.a};
@@ -323,7 +359,10 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
                 quant_rows(&q, 0, (size_t)n, 0);
             PROF_END(c, P_QUANT);
         }
-        scratch_grow(c, (size_t)w->cols);
+        if (c->scratch_len < (size_t)w->cols) {
+            kb_fail(kb, "matmul: rows of %d are wider than the scratch reserved", w->cols);
+            return;
+        }
         items = (size_t)j.ng + (size_t)(w->rows - j.ng * RP_ROWS);
     }
     /* Each thread streams its own contiguous share in chunks of about a
@@ -351,7 +390,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
 }
 
 static void cpu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
-    count_launch(kb);
+    if (op_begin(kb, "add_bias")) return;
     PROF_BEGIN(impl_of(kb));
     const float *bv = b->host;
     for (int i = 0; i < n; i++) impl_of(kb)->k->add(x + (size_t)i * b->cols, bv, (size_t)b->cols);
@@ -359,12 +398,17 @@ static void cpu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
 }
 
 static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
-    count_launch(kb);
-    PROF_BEGIN(impl_of(kb));
+    if (op_begin(kb, "rope")) return;
+    cpu_impl *c = impl_of(kb);
     int hd = s->head_dim, half = hd / 2;
-    float cs[512], sn[512];
+    if (half > c->rope_half) {
+        kb_fail(kb, "rope: head size %d is more than the scratch reserved", hd);
+        return;
+    }
+    PROF_BEGIN(c);
+    float *cs = c->rope_cs, *sn = c->rope_cs + half;
     for (int i = 0; i < n; i++) {
-        for (int k = 0; k < half && k < 512; k++) {
+        for (int k = 0; k < half; k++) {
             double theta = (double)(pos0 + i) * s->inv_freq[k];
             cs[k] = (float)cos(theta);
             sn[k] = (float)sin(theta);
@@ -386,7 +430,7 @@ static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn
             }
         }
     }
-    PROF_END(impl_of(kb), P_ROPE);
+    PROF_END(c, P_ROPE);
 }
 
 /* The CPU backend keeps each side of a layer's KV cache head-major:
@@ -437,12 +481,15 @@ static void attn_items(void *ctx, size_t b, size_t e, int ith) {
 
 static void cpu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
                           int n, int pos0, const kb_attn_shape *s) {
-    count_launch(kb);
+    if (op_begin(kb, "attention")) return;
     cpu_impl *c = impl_of(kb);
+    if (((size_t)pos0 + (size_t)n) * (size_t)(s->n_heads / s->n_kv_heads) > c->scratch_len) {
+        kb_fail(kb, "attention: %d positions are more than the scratch reserved", pos0 + n);
+        return;
+    }
     PROF_BEGIN(c);
     kv_store(c->k, cache->k, cache, k, n, pos0, s->head_dim);
     kv_store(c->k, cache->v, cache, v, n, pos0, s->head_dim);
-    if (scratch_grow(c, ((size_t)pos0 + (size_t)n) * (size_t)(s->n_heads / s->n_kv_heads))) return;
     attn_job j = {c, out, q, cache, pos0, s};
     tp_run_dynamic(c->pool, attn_items, &j, (size_t)n * s->n_kv_heads, 1);
     PROF_END(c, P_ATTN);
@@ -465,7 +512,7 @@ static void ew_items(void *ctx, size_t b, size_t e, int ith) {
 }
 
 static void elementwise(kb_backend *kb, float *x, const float *y, size_t n, int op) {
-    count_launch(kb);
+    if (op_begin(kb, op == 0 ? "swiglu" : "add")) return;
     PROF_BEGIN(impl_of(kb));
     ew_job j = {impl_of(kb), x, y, op};
     if (n >= 65536)
@@ -506,6 +553,7 @@ static void cpu_destroy(kb_backend *kb) {
         for (int i = 0; c->scratch && i < c->n_threads; i++) free(c->scratch[i]);
         free(c->scratch);
         free(c->act_mem);
+        free(c->rope_cs);
         free(c);
     }
     free(kb);
@@ -525,7 +573,7 @@ kb_backend *kb_cpu_create(int n_threads) {
     c->profile = getenv("ILPD_CPU_PROFILE") ? atoi(getenv("ILPD_CPU_PROFILE")) : 0;
     c->scratch = calloc((size_t)n_threads, sizeof *c->scratch);
     c->pool = tp_create(n_threads);
-    if (!c->scratch || !c->pool || scratch_grow(c, 4096)) goto fail;
+    if (!c->scratch || !c->pool) goto fail;
     kb->name = "cpu";
     kb->alloc = cpu_alloc;
     kb->free = cpu_free;

@@ -26,9 +26,13 @@
  * round like the CPU code (no fused multiply-add where the CPU has none).
  *
  * Errors: alloc and reserve return NULL/-1 on cudaMalloc failure (a clean
- * per-request error for the engine); a failed launch is reported once on
- * stderr. The same file compiles on the host with -DILPD_CUDA_EMU into an
- * emulated backend for the tests (cuda_compat.cuh, cuda_emu.cuh).
+ * per-request error for the engine); a failed launch, copy or
+ * synchronisation is recorded in the backend's error state (kb_fail), which
+ * the engine reads. reserve() allocates every scratch buffer; the
+ * operations only use them (a shape larger than reserved falls back to a
+ * slower path where there is one, or is a recorded failure). The same file
+ * compiles on the host with -DILPD_CUDA_EMU into an emulated backend for the
+ * tests (cuda_compat.cuh, cuda_emu.cuh).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,8 +51,6 @@ extern "C" {
 #include "kernels/backend.h"
 #include "kernels/quant.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "engine/gguf.h"
-#include "engine/log.h"
 }
 
 #ifdef ILPD_CUDA_EMU
@@ -445,6 +447,7 @@ struct cu_buf {
 };
 
 struct cu_impl {
+    kb_backend *kb;             /* the backend this is the implementation of (its error state) */
     int dev;
     int sm_count;
     size_t smem_optin;
@@ -454,23 +457,20 @@ struct cu_impl {
     cublasHandle_t blas;
 #endif
     unsigned long long launches;
-    int gemm_min_n, ref, debug, failed;
+    int gemm_min_n, ref, debug;
     size_t mem_used, mem_limit; /* emulation: "device" bytes in use and the budget (0: none) */
     char label[300];            /* kb->name: "cuda:0 (NVIDIA H200)" */
     cu_buf act, x16, w16, part, ids;
-    float *inv_dev;
-    float inv_host[512];
-    int inv_n;
+    float *inv_dev, *inv_host; /* RoPE inverse frequencies: inv_cap values each (reserve) */
+    int inv_n, inv_cap;        /* inv_n: how many of them the device copy holds now */
 };
 
 static cu_impl *impl_of(kb_backend *kb) { return static_cast<cu_impl *>(kb->impl); }
 
-/* Logs the first failure of an operation (the operations return nothing;
- * allocation failures are reported by alloc/reserve/weight_upload instead). */
-static void report(cu_impl *c, const char *what, const char *msg) {
-    if (c->failed++) return;
-    log_msg(LOG_ERROR, "cuda", "%s backend: %s failed: %s", KB_NAME, what, msg);
-}
+/* Records the failure of an operation in the backend's error state (the
+ * operations return nothing; allocation failures are reported by
+ * alloc/reserve/weight_upload instead). */
+static void report(cu_impl *c, const char *what, const char *msg) { kb_fail(c->kb, "%s: %s", what, msg); }
 
 #ifndef ILPD_CUDA_EMU
 
@@ -529,7 +529,7 @@ static void rt_after(cu_impl *c, const char *what) {
 
 template <typename... P, typename... A>
 static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
-    __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED);
+    if (kb_fault_due(c->kb, __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED), what)) return;
     k<<<g, b, smem, c->stream>>>(a...);
     rt_after(c, what);
 }
@@ -620,7 +620,7 @@ static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b
         fprintf(stderr, "cuda-emu: %s: %zu bytes of shared memory, over the %zu allowed\n", what, smem, c->smem_optin);
         abort();
     }
-    c->launches++;
+    if (kb_fault_due(c->kb, c->launches++, what)) return;
     emu_launch(k, g, b, smem, a...);
 }
 
@@ -700,16 +700,88 @@ static size_t act_bytes(size_t n, size_t cols) {
     return (n * cols + 255) / 256 * 256 + 2 * ((n * nb * 4 + 255) / 256 * 256);
 }
 
-static int cu_reserve(kb_backend *kb, int max_width, int n_ctx) {
+static size_t attn_smem(int qt, int tile, int hd) {
+    return sizeof(float) * ((size_t)qt * hd * 2 + (size_t)tile * (hd + 1) + (size_t)tile * hd + (size_t)qt * tile +
+                            3 * (size_t)qt);
+}
+
+/* How attention runs N queries over NPOS positions: queries per block
+ * (qt), positions per shared-memory tile, and the split of the positions
+ * (flash-decoding) with its partial results' bytes. tile is 0 when the head
+ * size does not fit shared memory. */
+typedef struct {
+    int qt, tile, nsplit, split_len;
+    size_t part_bytes;
+} attn_plan;
+
+static attn_plan attn_plan_make(const cu_impl *c, int n, int npos, int hd, int heads) {
+    attn_plan p = {1, ATT_TILE, 1, npos, 0};
+    while (p.tile > 1 && attn_smem(1, p.tile, hd) > c->smem_optin) p.tile /= 2;
+    if (attn_smem(1, p.tile, hd) > c->smem_optin) {
+        p.tile = 0;
+        return p;
+    }
+    p.qt = n < ATT_QT ? n : ATT_QT;
+    while (p.qt > 1 && attn_smem(p.qt, p.tile, hd) > 48 * 1024) p.qt /= 2;
+    int blocks = (n + p.qt - 1) / p.qt * heads, want = 2 * c->sm_count;
+    if (blocks >= want || npos <= 2 * p.tile) return p;
+    int nsplit = (want + blocks - 1) / blocks, most = (npos + 2 * p.tile - 1) / (2 * p.tile);
+    if (nsplit > most) nsplit = most;
+    if (nsplit > 64) nsplit = 64;
+    int len = (npos + nsplit - 1) / nsplit;
+    len = (len + p.tile - 1) / p.tile * p.tile;
+    p.nsplit = (npos + len - 1) / len;
+    p.split_len = p.nsplit > 1 ? len : npos;
+    /* sized by the count before rounding: never less than the split, and
+     * never more for fewer positions (what reserve relies on) */
+    if (p.nsplit > 1) p.part_bytes = (size_t)n * heads * nsplit * (hd + 2) * sizeof(float);
+    return p;
+}
+
+/* Allocates the scratch for requests of shape S: the int8 activation of
+ * max_rows rows (at least one), the token ids of embed, RoPE's frequencies;
+ * and, optional (without them attention does not split and cuBLAS does not
+ * run), attention's partial results and the F16 activation and weight tile
+ * of the GEMM path. */
+static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     cu_impl *c = impl_of(kb);
-    (void)n_ctx;
-    size_t w = (size_t)(max_width > 32 ? max_width : 32);
-    /* the int8 activation: 64 rows (the engine's prompt chunk), at least one */
-    if (buf_grow(c, &c->act, act_bytes(64, w)) && buf_grow(c, &c->act, act_bytes(1, w))) return -1;
-    /* cuBLAS inputs: optional (without them the own kernels run) */
-    buf_grow(c, &c->x16, 64 * w * 2);
+    size_t w = (size_t)(s->max_width > 32 ? s->max_width : 32), rows = (size_t)(s->max_rows > 1 ? s->max_rows : 1);
+    size_t part = 0;
+    int half = s->attn ? s->attn->head_dim / 2 : 0;
+    if (kb->fail_scratch) {
+        kb->fail_scratch = 0;
+        goto oom;
+    }
+    if (buf_grow(c, &c->act, act_bytes(rows, w)) && buf_grow(c, &c->act, act_bytes(1, w))) goto oom;
+    if (buf_grow(c, &c->ids, (rows > 256 ? rows : 256) * 4) && buf_grow(c, &c->ids, 256 * 4)) goto oom;
+    if (half > c->inv_cap) {
+        float *host = static_cast<float *>(malloc((size_t)half * sizeof(float)));
+        float *dev = static_cast<float *>(rt_malloc(c, (size_t)half * sizeof(float)));
+        if (!host || !dev) {
+            free(host);
+            rt_free(c, dev);
+            goto oom;
+        }
+        rt_sync(c);
+        free(c->inv_host);
+        rt_free(c, c->inv_dev);
+        free(c->inv_host);
+        c->inv_host = host;
+        c->inv_dev = dev;
+        c->inv_cap = half;
+        c->inv_n = 0;
+    }
+    for (int n = 1; s->attn && n <= (int)rows; n++) {
+        attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn->head_dim, s->attn->n_heads);
+        if (p.part_bytes > part) part = p.part_bytes;
+    }
+    if (part) buf_grow(c, &c->part, part);
+    buf_grow(c, &c->x16, rows * w * 2);
     if (!c->w16.p && buf_grow(c, &c->w16, W16_TILE_BYTES)) buf_grow(c, &c->w16, W16_TILE_BYTES / 8);
     return 0;
+oom:
+    kb_fail(kb, "reserve: out of device memory for the scratch of %d rows of %d", s->max_rows, s->max_width);
+    return -1;
 }
 
 static int cu_weight_upload(kb_backend *kb, kb_weight *w) {
@@ -739,9 +811,8 @@ static void cu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int
     if (n <= 0) return;
     if (!emb->dev) return report(c, "embed", "the embedding is not uploaded");
     size_t rb = ggml_row_bytes(emb->type, (uint64_t)emb->cols);
-    if (buf_grow(c, &c->ids, (size_t)n * 4) && buf_grow(c, &c->ids, 256 * 4))
-        return report(c, "embed", "out of device memory for the token ids");
     int cap = (int)(c->ids.cap / 4);
+    if (cap < 1) return report(c, "embed", "no scratch reserved for the token ids");
     for (int i0 = 0; i0 < n; i0 += cap) {
         int m = n - i0 < cap ? n - i0 : cap;
         if (rt_copy(c, c->ids.p, tokens + i0, (size_t)m * 4, H2D)) return;
@@ -802,7 +873,7 @@ static int matmul_gemm(cu_impl *c, float *out, const kb_weight *w, const float *
     if (w->type == GGML_TYPE_F32)
         return blas_sgemm(c, rows, n, cols, static_cast<const float *>(w->dev), cols, x, cols, out, rows);
     size_t xe = (size_t)n * cols;
-    if (buf_grow(c, &c->x16, xe * 2)) return -1;
+    if (c->x16.cap < xe * 2) return -1;
     if (w->type != GGML_TYPE_F16 && c->w16.cap < (size_t)cols * 2) return -1;
     uint16_t *x16 = static_cast<uint16_t *>(c->x16.p);
     launch(c, "to_f16", k_f32_to_f16, dim3(grid_for(c, xe, EW_THREADS)), dim3(EW_THREADS), 0, x, xe, x16);
@@ -845,7 +916,6 @@ static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const floa
     int cols = w->cols;
     if (is_quant(w->type)) {
         size_t per = act_bytes(1, (size_t)cols);
-        if (c->act.cap < act_bytes((size_t)n, (size_t)cols)) buf_grow(c, &c->act, act_bytes((size_t)n, (size_t)cols));
         int cap = 0;
         while (cap < n && act_bytes((size_t)cap + 1, (size_t)cols) <= c->act.cap) cap++;
         if (cap < 1 || c->act.cap < per) return matmul_ref(c, out, w, x, n, rb);
@@ -899,7 +969,7 @@ static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_
     cu_impl *c = impl_of(kb);
     int half = s->head_dim / 2;
     if (n <= 0) return;
-    if (half > 512) return report(c, "rope", "head size over 1024");
+    if (half > c->inv_cap) return report(c, "rope", "head size larger than the scratch reserved");
     if (c->inv_n != half || memcmp(c->inv_host, s->inv_freq, (size_t)half * sizeof(float))) {
         memcpy(c->inv_host, s->inv_freq, (size_t)half * sizeof(float));
         c->inv_n = half;
@@ -911,11 +981,6 @@ static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_
     int threads = n_heads * half >= 256 ? 256 : 32 * ((n_heads * half + 31) / 32);
     launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, s->neox,
            (const float *)c->inv_dev, pos0);
-}
-
-static size_t attn_smem(int qt, int tile, int hd) {
-    return sizeof(float) * ((size_t)qt * hd * 2 + (size_t)tile * (hd + 1) + (size_t)tile * hd + (size_t)qt * tile +
-                            3 * (size_t)qt);
 }
 
 static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
@@ -931,29 +996,13 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
         launch(c, "kv_store", k_kv_store<0>, g, b, 0, k, v, cache->k, cache->v, off, cnt);
 
     int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads;
-    int tile = ATT_TILE;
-    while (tile > 1 && attn_smem(1, tile, hd) > c->smem_optin) tile /= 2;
-    if (attn_smem(1, tile, hd) > c->smem_optin) return report(c, "attention", "head size too large for shared memory");
-    int qt = n < ATT_QT ? n : ATT_QT;
-    while (qt > 1 && attn_smem(qt, tile, hd) > 48 * 1024) qt /= 2;
-    int qtiles = (n + qt - 1) / qt, npos = pos0 + n;
-    int nsplit = 1, split_len = npos;
-    int blocks = qtiles * heads, want = 2 * c->sm_count;
-    if (blocks < want && npos > 2 * tile) {
-        nsplit = (want + blocks - 1) / blocks;
-        int most = (npos + 2 * tile - 1) / (2 * tile);
-        if (nsplit > most) nsplit = most;
-        if (nsplit > 64) nsplit = 64;
-        split_len = (npos + nsplit - 1) / nsplit;
-        split_len = (split_len + tile - 1) / tile * tile;
-        nsplit = (npos + split_len - 1) / split_len;
-        size_t need = (size_t)n * heads * nsplit * (hd + 2) * sizeof(float);
-        if (nsplit > 1 && buf_grow(c, &c->part, need)) nsplit = 1;
-        if (nsplit <= 1) {
-            nsplit = 1;
-            split_len = npos;
-        }
+    attn_plan p = attn_plan_make(c, n, pos0 + n, hd, heads);
+    if (!p.tile) return report(c, "attention", "head size too large for shared memory");
+    if (p.part_bytes > c->part.cap) { /* not reserved: no split */
+        p.nsplit = 1;
+        p.split_len = pos0 + n;
     }
+    int qt = p.qt, tile = p.tile, qtiles = (n + qt - 1) / qt, nsplit = p.nsplit, split_len = p.split_len;
     float scale = 1.0f / sqrtf((float)hd);
     dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
     size_t smem = attn_smem(qt, tile, hd);
@@ -1017,6 +1066,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
         return NULL;
     }
     kb->impl = c;
+    c->kb = kb;
     c->dev = dev;
 #ifndef ILPD_CUDA_EMU
     int count = 0;
@@ -1088,12 +1138,6 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     c->gemm_min_n = env_int("ILPD_CUDA_GEMM_MIN_N", 9);
     c->ref = env_int("ILPD_CUDA_REF", 0);
     c->debug = env_int("ILPD_CUDA_DEBUG", 0);
-    c->inv_dev = static_cast<float *>(rt_malloc(c, 512 * sizeof(float)));
-    if (!c->inv_dev) {
-        snprintf(err, errlen, "CUDA device %d: out of memory", dev);
-        cu_destroy(kb);
-        return NULL;
-    }
     kb->name = c->label;
     kb->alloc = cu_alloc;
     kb->free = cu_free;

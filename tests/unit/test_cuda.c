@@ -302,7 +302,8 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx) {
     size_t kvb = kb_kv_bytes(kt, ctx, kvd);
     kb_kv cg = {p.g->alloc(p.g, kvb), p.g->alloc(p.g, kvb), kt, ctx, kvd};
     kb_kv cc = {p.c->alloc(p.c, kvb), p.c->alloc(p.c, kvb), kt, ctx, kvd};
-    int ok = cg.k && cg.v && cc.k && cc.v && p.g->reserve(p.g, 64, ctx) == 0 && p.c->reserve(p.c, 64, ctx) == 0;
+    kb_scratch_shape sh = {64, 64, ctx, &s};
+    int ok = cg.k && cg.v && cc.k && cc.v && p.g->reserve(p.g, &sh) == 0 && p.c->reserve(p.c, &sh) == 0;
     if (!ok) CHECK(0, TAG ": attention: out of memory for the KV caches");
     double worst = 0;
     for (int si = 0; ok && si < n_steps; si++) {
@@ -684,7 +685,10 @@ static void run_all(kb_backend *g, const char *models) {
     if (!models) {
         static const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                                           GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-        if (g->reserve(g, 1024, 128) || c->reserve(c, 1024, 128)) CHECK(0, TAG ": reserve");
+        /* rows and widths of the operation checks below, heads up to 128 wide */
+        kb_attn_shape heads = {16, 16, 128, 0, NULL};
+        kb_scratch_shape sh = {64, 1024, 128, &heads};
+        if (g->reserve(g, &sh) || c->reserve(c, &sh)) CHECK(0, TAG ": reserve");
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
             ggml_type t = types[i];
             int quant = t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16;

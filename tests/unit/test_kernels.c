@@ -402,7 +402,8 @@ static void test_backend(void) {
         float *deq = malloc(sizeof(float) * rows * cols);
         for (int r = 0; r < rows; r++) quant_dequantize_row(t, w + r * rb, deq + (size_t)r * cols, cols);
         kb_weight kw = {t, rows, cols, w, NULL, rb * rows};
-        kb->reserve(kb, cols, 64);
+        kb_scratch_shape sh = {n, cols, 64, NULL};
+        CHECK(kb->reserve(kb, &sh) == 0, "reserve the scratch of %d rows of %d", n, cols);
         int up = kb->weight_upload(kb, &kw);
         float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows), *emb = malloc(sizeof(float) * cols);
         for (int i = 0; i < n * cols; i++) x[i] = frand();

@@ -503,10 +503,11 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
 }
 
 /* Testing (kernel_fail_request): in that generation, once TOKENS tokens are
- * generated, the backend's next operation fails. */
+ * generated, the backend's third operation from here fails: the first
+ * matmul of layer 0 (after embed and rmsnorm). */
 static void arm_kernel_fault(engine *e, int tokens) {
     if (e->n_requests == e->kernel_fail_request && tokens == e->kernel_fail_token)
-        e->kb->fail_at = e->kb->launches(e->kb) + 1;
+        e->kb->fail_at = e->kb->launches(e->kb) + 3;
 }
 
 /* Ends a request that cannot run as asked: a retry fails the same way. */

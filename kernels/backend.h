@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/gguf.h"
+#include "kernels/quant.h"
 
 typedef struct {
     ggml_type type;

@@ -111,6 +111,9 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
     INT_KEY("rate_limit_rpm", rate_limit_rpm, 0, 1000000)
     INT_KEY("rate_limit_burst", rate_limit_burst, 0, 1000000)
     INT_KEY("test_kv_fail_request", test_kv_fail_request, 0, 1 << 30)
+    INT_KEY("test_scratch_fail_request", test_scratch_fail_request, 0, 1 << 30)
+    INT_KEY("test_kernel_fail_request", test_kernel_fail_request, 0, 1 << 30)
+    INT_KEY("test_kernel_fail_token", test_kernel_fail_token, 0, 1 << 30)
 #undef INT_KEY
 #undef STR_KEY
     if (!strcmp(key, "max_body_bytes")) {

@@ -17,7 +17,9 @@ typedef struct {
     int port, ctx, threads, queue, strict_model, layer_skip, kv_f16, json_depth;
     size_t max_body_bytes;
     float hint_max_deviation;
-    int shutdown_grace_s, ping_interval_ms, connection_timeout_s, request_timeout_s, keep_warm_s, test_kv_fail_request;
+    int shutdown_grace_s, ping_interval_ms, connection_timeout_s, request_timeout_s, keep_warm_s;
+    /* testing: faults injected into the N-th generation (engine_params) */
+    int test_kv_fail_request, test_scratch_fail_request, test_kernel_fail_request, test_kernel_fail_token;
     int rate_limit_rpm, rate_limit_burst; /* requests per minute per key (0: no limit); bucket size */
     unsigned char key_sha256[CFG_MAX_KEYS][32]; /* accepted API keys, hashed */
     int n_keys;

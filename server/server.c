@@ -84,7 +84,10 @@ int server_main(int argc, char **argv) {
     engine_params p = {.model_path = c.model, .n_ctx = c.ctx, .n_threads = c.threads, .device = parse_device(c.device),
                        .chat_template = c.chat_template, .kv_f16 = c.kv_f16, .layer_skip = c.layer_skip,
                        .probe_path = c.probe, .probe_dir = c.probe_dir, .hint_max_deviation = c.hint_max_deviation,
-                       .kv_fail_request = c.test_kv_fail_request};
+                       .kv_fail_request = c.test_kv_fail_request,
+                       .scratch_fail_request = c.test_scratch_fail_request,
+                       .kernel_fail_request = c.test_kernel_fail_request,
+                       .kernel_fail_token = c.test_kernel_fail_token};
     engine *e = engine_open(&p, err, sizeof err);
     if (!e) {
         log_msg(LOG_ERROR, "model", "%s", err);

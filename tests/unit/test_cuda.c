@@ -263,6 +263,45 @@ static void check_elementwise(pair p) {
     p.c->free(p.c, oc);
 }
 
+/* A kernel that fails (a test's injected fault, taken where a failed launch
+ * is reported) is recorded in the backend's error state, which sticks until
+ * cleared; the same operation then runs as on the CPU. */
+static void check_fault(pair p) {
+    enum { ROWS = 48, COLS = 64, N = 3 };
+    static float w[ROWS * COLS], x[N * COLS], rg[N * ROWS], rc[N * ROWS];
+    for (int i = 0; i < ROWS * COLS; i++) w[i] = unif();
+    for (int i = 0; i < N * COLS; i++) x[i] = unif();
+    kb_weight wg = {GGML_TYPE_F32, ROWS, COLS, w, NULL, sizeof w}, wc = wg;
+    float *xg = dev_from(p.g, x, N * COLS), *og = p.g->alloc(p.g, sizeof rg);
+    float *xc = dev_from(p.c, x, N * COLS), *oc = p.c->alloc(p.c, sizeof rc);
+    if (!xg || !og || !xc || !oc || p.g->weight_upload(p.g, &wg) || p.c->weight_upload(p.c, &wc)) {
+        CHECK(0, TAG ": fault injection: out of memory");
+        goto done;
+    }
+    kb_error_clear(p.g);
+    p.g->fail_at = p.g->launches(p.g) + 1;
+    p.g->matmul(p.g, og, &wg, xg, N);
+    p.g->add(p.g, og, og, N * ROWS); /* runs, but the first failure stays the one reported */
+    p.g->sync(p.g);
+    const char *why = kb_error(p.g);
+    CHECK(why && strstr(why, "injected fault") && strstr(why, "mat"),
+          TAG ": a failed kernel is recorded and sticks (\"%s\")", why ? why : "no error");
+    kb_error_clear(p.g);
+    p.g->matmul(p.g, og, &wg, xg, N);
+    p.c->matmul(p.c, oc, &wc, xc, N);
+    host_from(p.g, rg, og, N * ROWS);
+    host_from(p.c, rc, oc, N * ROWS);
+    CHECK(!kb_error(p.g) && rel_err(rg, rc, rc, N * ROWS) <= 1e-4,
+          TAG ": after kb_error_clear the same matmul runs as on the CPU (error %.2g)", rel_err(rg, rc, rc, N * ROWS));
+done:
+    p.g->weight_release(p.g, &wg);
+    p.c->weight_release(p.c, &wc);
+    p.g->free(p.g, xg);
+    p.g->free(p.g, og);
+    p.c->free(p.c, xc);
+    p.c->free(p.c, oc);
+}
+
 static void check_rope(pair p, int neox) {
     enum { N = 4, H = 4, HD = 16 };
     float x[N * H * HD], rg[N * H * HD], rc[N * H * HD], inv[HD / 2];
@@ -696,6 +735,7 @@ static void run_all(kb_backend *g, const char *models) {
             if (!quant) check_matmul(p, t, 37, 100);
         }
         check_elementwise(p);
+        check_fault(p);
         check_rope(p, 0);
         check_rope(p, 1);
         check_attention(p, KB_KV_F32, 16, 0);

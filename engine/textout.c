@@ -1,5 +1,6 @@
 /* textout.c - UTF-8 and stop-string safe incremental text. */
 #include "engine/textout.h"
+#include "engine/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,53 +33,14 @@ static int held_append(textout *t, const void *p, size_t n) {
     return 0;
 }
 
-/* Length of the UTF-8 sequence starting with byte C (0 if C cannot start one). */
-static int seq_len(unsigned char c) {
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* 1 if the N bytes at S form one valid (shortest-form, non-surrogate) character. */
-static int valid_char(const unsigned char *s, int n) {
-    for (int i = 1; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (n == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0;
-    if (n == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-    return 1;
-}
-
-/* 1 if the N (< full length) bytes at S can still grow into a valid character. */
-static int valid_prefix(const unsigned char *s, int n) {
-    for (int i = 1; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (n >= 2 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0) ||
-                   (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90)))
-        return 0;
-    return 1;
-}
-
-size_t utf8_valid_prefix(const char *s, size_t len) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < len) {
-        int n = seq_len(u[i]);
-        if (!n || i + (size_t)n > len || !valid_char(u + i, n)) break;
-        i += (size_t)n;
-    }
-    return i;
-}
-
 /* Moves complete characters of tail+BYTES into held; keeps an incomplete end. */
 static int absorb(textout *t, const unsigned char *bytes, size_t len) {
     for (size_t i = 0; i < len; i++) {
         t->tail[t->tail_len++] = bytes[i];
         for (;;) {
-            int n = seq_len(t->tail[0]);
-            if (n && t->tail_len < n && valid_prefix(t->tail, t->tail_len)) break; /* wait for more */
-            if (n && t->tail_len == n && valid_char(t->tail, n)) {
+            int n = utf8_seq_len(t->tail[0]);
+            if (n && t->tail_len < n && utf8_char_may_grow(t->tail, t->tail_len)) break; /* wait for more */
+            if (n && t->tail_len == n && utf8_char_valid(t->tail, n)) {
                 if (held_append(t, t->tail, (size_t)n)) return -1;
                 t->tail_len = 0;
                 break;

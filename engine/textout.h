@@ -34,7 +34,5 @@ int textout_push(textout *t, const char *bytes, size_t len, const char **emit, s
  * incomplete UTF-8 tail becomes U+FFFD). */
 void textout_flush(textout *t, const char **emit, size_t *emit_len);
 
-/* Length of the valid UTF-8 prefix of S, at most LEN. */
-size_t utf8_valid_prefix(const char *s, size_t len);
 
 #endif

@@ -29,6 +29,7 @@
  *  - token_type values outside 1..6 are treated as normal tokens.
  */
 #include "engine/tokenizer.h"
+#include "engine/utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -748,23 +749,6 @@ static void bpe_word(tok_work *w, const unsigned char *s, size_t n) {
     for (int32_t i = 0; i >= 0; i = w->sym[i].next) emit(w, w->sym[i].id >= 0 ? w->sym[i].id : v->unk);
 }
 
-/* Returns the length of the longest valid UTF-8 prefix of the N bytes at S. */
-static size_t utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t l = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-        if (!l || l > n - i) break;
-        for (size_t k = 1; k < l; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] >= 0xA0) || (c == 0xF0 && s[i + 1] < 0x90) ||
-            (c == 0xF4 && s[i + 1] >= 0x90))
-            break;
-        i += l;
-    }
-    return i;
-}
-
 /* BPE: splits N bytes of raw text S with the pre-tokenizer regex and
  * encodes each piece. The regex runs over valid UTF-8; a byte that is not
  * part of valid UTF-8 is a piece of its own. */
@@ -772,7 +756,7 @@ static void bpe_fragment(tok_work *w, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t at = 0;
     while (at < n && !w->failed) {
-        size_t run = utf8_valid(u + at, n - at);
+        size_t run = utf8_valid_prefix((const char *)u + at, n - at);
         if (!run) {
             bpe_word(w, u + at, 1);
             at++;

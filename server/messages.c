@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/textout.h"
+#include "engine/utf8.h"
 
 __attribute__((format(printf, 2, 3))) static int bad(msg_error *e, const char *fmt, ...) {
     va_list ap;

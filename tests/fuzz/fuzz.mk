@@ -11,10 +11,10 @@ FUZZ_DIR     := build/fuzz
 FUZZ_NAMES   ?= messages hint gguf tokenizer chat
 # Only the parsers are linked: no kernels, no engine, so kernels/cpu/*.c and
 # their per-file ISA flags never reach this build.
-FUZZ_MODS_messages  := server/messages.c engine/textout.c
+FUZZ_MODS_messages  := server/messages.c engine/utf8.c
 FUZZ_MODS_hint      := probe/mask.c probe/hint.c
-FUZZ_MODS_gguf      := engine/gguf.c engine/tokenizer.c kernels/quant.c
-FUZZ_MODS_tokenizer := engine/gguf.c engine/tokenizer.c kernels/quant.c
+FUZZ_MODS_gguf      := engine/gguf.c engine/tokenizer.c kernels/quant.c engine/utf8.c
+FUZZ_MODS_tokenizer := engine/gguf.c engine/tokenizer.c kernels/quant.c engine/utf8.c
 FUZZ_MODS_chat      := engine/chat.c
 FUZZ_LIBS    := -lm -lpcre2-8 -lcjson -lb64 -pthread
 FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \

@@ -3,6 +3,7 @@
 
 #include "tests/unit/check.h"
 #include "engine/textout.h"
+#include "engine/utf8.h"
 
 /* Feeds the pieces one by one; returns the concatenated output and whether a stop matched. */
 static int feed(const char *const *stop, int n_stop, const char *const *pieces, int n, char *out, size_t cap,

@@ -36,7 +36,7 @@ typedef struct {
     int layer_skip;            /* 1: use a probe when one matches the model; 0: never skip on our own */
     const char *probe_path;    /* a probe file to use, or NULL to search probe_dir */
     const char *probe_dir;     /* folder of probe files (*.json) matched by the model's SHA-256, or NULL */
-    float hint_max_deviation;  /* fraction of layers a hint may change (design §3; 0.15) */
+    float hint_max_deviation;  /* fraction of layers a hint may change (0.15; probe/hint.h) */
     int probe_k;               /* layers before the probe reads its features, when no probe file sets it
                                   (calibration); 0: probe_default_k; above n_layers-2: engine_open fails */
     /* Testing: faults injected into the N-th generation (0: never), so that
@@ -172,7 +172,7 @@ int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t
 int engine_warm(engine *e);
 
 /* Runs layers 0..k-1 over the prompt TOKENS and writes the probe's
- * PROBE_N_FEATURES features (probe/features.h) into FEATURES. Returns 0 or -1. */
+ * PROBE_N_FEATURES features (probe/probe_features.h) into FEATURES. Returns 0 or -1. */
 int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features);
 /* The mask the loaded probe picks for a prompt (full depth when no probe is
  * loaded); writes n_layers bytes and returns the number of skipped layers,

@@ -1,4 +1,4 @@
-/* hint.c - the hint policy of design §3. */
+/* hint.c - the hint policy (hint.h). */
 #include "probe/hint.h"
 
 #include <string.h>

@@ -1,5 +1,5 @@
 /* hint.h - reconciling a client's x-layer-hint with the server's own mask
- * (design §3). The server always has the final word:
+ * (README, "Layer skipping: the probe"). The server always has the final word:
  *  - no hint: ABSENT; an undecodable one: INVALID (ignored, never an error);
  *  - all zeros: no preference, APPLIED, the server's mask stands;
  *  - a hint computing every layer the server would compute (a superset):

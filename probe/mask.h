@@ -1,4 +1,4 @@
-/* mask.h - the wire form of layer masks (design §3).
+/* mask.h - the wire form of layer masks (README, "The server").
  *
  * On the wire a mask is 32 bytes, byte i for layer i (1 = computed), sent as
  * standard base64 (RFC 4648, 44 characters with padding; 43 without padding

@@ -70,7 +70,7 @@ static route_id route_of(const char *url, const char *method, int *method_ok) {
     return r;
 }
 
-/* Adds the layer headers of design §3. */
+/* Adds the layer headers (x-layer-status, x-layer-mask, x-layer-hint-status; README, "The server"). */
 static void layer_headers(struct MHD_Response *resp, const uint8_t *mask, const char *status, const char *hint) {
     const engine_info *in = engine_get_info(S->engine);
     uint8_t wire[MASK_WIRE_BYTES];

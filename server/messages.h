@@ -1,5 +1,5 @@
 /* messages.h - parsing and validating Messages API request bodies
- * (../shared/api-contract.md) into what the engine needs. */
+ * (Anthropic's Messages API; README, "The server") into what the engine needs. */
 #ifndef ILPD_MESSAGES_H
 #define ILPD_MESSAGES_H
 

@@ -1,4 +1,4 @@
-/* server.h - `ilpd serve`: the Messages API over HTTP (design §5). */
+/* server.h - `ilpd serve`: the Messages API over HTTP (README, "The server"). */
 #ifndef ILPD_SERVER_H
 #define ILPD_SERVER_H
 

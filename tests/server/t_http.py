@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Black-box tests of `ilpd serve` against ../shared/api-contract.md, on the
+"""Black-box tests of `ilpd serve` against Anthropic's Messages API (its shapes as the SDKs read them), on the
 real engine with stories260K (no mocks)."""
 import base64
 import json

@@ -8,6 +8,7 @@ some tokens of decode. Each such request must get a 500 api_error (or, when
 the stream already started, an SSE `error` event of type api_error and no
 message_stop), the log must have an error line with that request's id, and
 the next request must be answered exactly as by a server that never failed."""
+import json
 import os
 import sys
 
@@ -25,12 +26,32 @@ def answer(s, stream=False):
 
 
 def text_of(o):
-    import json
     return json.loads(o)["content"][0]["text"]
 
 
 def logged_with_id(log, request_id):
     return any('"level":"error"' in line and request_id in line for line in log.splitlines())
+
+
+def nonstream_fault(what, want, failing, words, *args):
+    """Requests 1..FAILING+1 on a server started with ARGS: request FAILING
+    must get a 500 api_error with WORDS in its message, logged at error level
+    with its request id; the others the fault-free answer WANT."""
+    s = Server("--layer-skip", "off", *args, model=DEMO)
+    rid = "?"
+    try:
+        for i in range(1, failing + 2):
+            st, h, o = answer(s)
+            if i == failing:
+                rid = h.get("request-id", "?")
+                check(st == 500 and b'"type":"api_error"' in o and all(w in o for w in words),
+                      "%s: 500 api_error naming it" % what, (st, o[:300]))
+            else:
+                check(st == 200 and text_of(o) == want,
+                      "%s: request %d is answered as without the fault" % (what, i), (st, o[:200]))
+    finally:
+        rc, log = s.stop()
+    check(logged_with_id(log, rid), "%s: logged at error level with its request id" % what, rid)
 
 
 def main():
@@ -42,33 +63,9 @@ def main():
     finally:
         s.stop()
 
-    # The first request's scratch allocation fails.
-    s = Server("--layer-skip", "off", "--test-scratch-fail-request", "1", model=DEMO)
-    try:
-        st, h, o = answer(s)
-        check(st == 500 and b'"type":"api_error"' in o and b"out of memory" in o,
-              "a failed scratch allocation: 500 api_error naming it", (st, o[:300]))
-        rid = h.get("request-id", "?")
-        st, h, o = answer(s)
-        check(st == 200 and text_of(o) == want, "the next request is answered as without the fault", (st, o[:200]))
-    finally:
-        rc, log = s.stop()
-    check(logged_with_id(log, rid), "the failure is logged at error level with its request id", rid)
-
-    # A kernel fails in prefill of the second request (non-streaming).
-    s = Server("--layer-skip", "off", "--test-kernel-fail-request", "2", "--test-kernel-fail-token", "0", model=DEMO)
-    try:
-        st, h, o = answer(s)
-        check(st == 200 and text_of(o) == want, "the first request is served", (st, o[:200]))
-        st, h, o = answer(s)
-        check(st == 500 and b'"type":"api_error"' in o and b"injected fault" in o and b"backend failed" in o,
-              "a failed kernel in prefill: 500 api_error naming the backend", (st, o[:300]))
-        rid = h.get("request-id", "?")
-        st, h, o = answer(s)
-        check(st == 200 and text_of(o) == want, "the request after it is answered as without the fault", (st, o[:200]))
-    finally:
-        rc, log = s.stop()
-    check(logged_with_id(log, rid), "the kernel failure is logged at error level with its request id", rid)
+    nonstream_fault("a failed scratch allocation", want, 1, [b"out of memory"], "--test-scratch-fail-request", "1")
+    nonstream_fault("a failed kernel in prefill", want, 2, [b"injected fault", b"backend failed"],
+                    "--test-kernel-fail-request", "2", "--test-kernel-fail-token", "0")
 
     # A kernel fails after 4 tokens of a stream: an error event mid-stream.
     s = Server("--layer-skip", "off", "--test-kernel-fail-request", "1", "--test-kernel-fail-token", "4", model=DEMO)

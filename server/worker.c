@@ -2,6 +2,7 @@
  * engine's callbacks append what server/render.c renders to the job. */
 #include "server/worker.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,10 +175,30 @@ static job_outcome outcome_of(const job *j) {
     return JOB_OUTCOME_DONE;
 }
 
+/* Logs a job that failed on the server's side (OUTCOME: an engine error or
+ * out of memory) as one error line with its request id and the reason. */
+static void log_failure(const job *j, job_outcome outcome) {
+    const char *event = outcome == JOB_OUTCOME_OOM ? "out_of_memory" : "engine_error";
+    const char *msg = outcome == JOB_OUTCOME_OOM ? "out of memory for the response" : j->res.error;
+    cJSON *f = cJSON_CreateObject();
+    char *js = f && cJSON_AddStringToObject(f, "request_id", j->request_id) && cJSON_AddStringToObject(f, "msg", msg)
+                   ? cJSON_PrintUnformatted(f)
+                   : NULL;
+    cJSON_Delete(f);
+    if (js) { /* the members without their braces */
+        js[strlen(js) - 1] = 0;
+        log_fields(LOG_ERROR, event, js + 1);
+    } else {
+        log_msg(LOG_ERROR, event, "request %s: %s", j->request_id, msg);
+    }
+    free(js);
+}
+
 /* Writes the end of J's response (the closing SSE events or an SSE error
  * event, or the JSON body), then its outcome, and wakes the connection. */
 static void finish(job *j) {
     job_outcome outcome = outcome_of(j);
+    if (outcome == JOB_OUTCOME_ENGINE_ERROR || outcome == JOB_OUTCOME_OOM) log_failure(j, outcome);
     render_stop stop = stop_of(j);
     if (j->req.stream && j->started && outcome == JOB_OUTCOME_DONE) {
         job_append_event(j, render_sse_block_stop(0));
@@ -195,7 +216,10 @@ static void finish(job *j) {
         pthread_mutex_unlock(&j->lock);
         free(body);
     }
-    if (j->oom && outcome == JOB_OUTCOME_DONE) outcome = JOB_OUTCOME_OOM; /* the end could not be written */
+    if (j->oom && outcome == JOB_OUTCOME_DONE) { /* the end could not be written */
+        outcome = JOB_OUTCOME_OOM;
+        log_failure(j, outcome);
+    }
     pthread_mutex_lock(&j->lock);
     j->outcome = outcome;
     job_wake(j);

@@ -78,16 +78,19 @@ static void buf_add(job *j, char **buf, size_t *len, size_t *cap, const char *s,
     (*buf)[*len] = 0;
 }
 
-/* Appends EVENT, a rendered SSE event (taken; NULL: the rendering ran out
- * of memory, which sets j->oom), to J's output and wakes the connection. */
-static void job_append_event(job *j, char *event) {
+/* Appends RENDERED (taken; NULL: the rendering ran out of memory, which
+ * sets j->oom) to J's output. A stream's connection is woken to send it at
+ * once; a JSON body waits for the outcome. */
+static void job_append(job *j, char *rendered) {
     pthread_mutex_lock(&j->lock);
-    if (event) buf_add(j, &j->out, &j->out_len, &j->out_cap, event, strlen(event));
+    if (rendered) buf_add(j, &j->out, &j->out_len, &j->out_cap, rendered, strlen(rendered));
     else j->oom = 1;
-    j->t_last_event = now_s();
-    job_wake(j);
+    if (j->req.stream) {
+        j->t_last_event = now_s();
+        job_wake(j);
+    }
     pthread_mutex_unlock(&j->lock);
-    free(event);
+    free(rendered);
 }
 
 /* What J's message object says about its request (borrows from J). */
@@ -133,9 +136,9 @@ static int on_start(void *ud, const uint8_t *mask, int n_layers) {
     metrics_kv_bytes(j->res.kv_bytes);
     if (j->req.stream) {
         render_message_info m = message_info(j);
-        job_append_event(j, render_sse_message_start(&m));
-        job_append_event(j, render_sse_block_start(0));
-        job_append_event(j, render_sse_ping());
+        job_append(j, render_sse_message_start(&m));
+        job_append(j, render_sse_block_start(0));
+        job_append(j, render_sse_ping());
     }
     return client_gone(j);
 }
@@ -153,7 +156,7 @@ static int on_text(void *ud, const char *text, size_t len) {
         pthread_mutex_unlock(&j->lock);
         return j->oom;
     }
-    job_append_event(j, render_sse_text_delta(0, text, len));
+    job_append(j, render_sse_text_delta(0, text, len));
     return j->oom;
 }
 
@@ -164,7 +167,7 @@ static void on_progress(void *ud, int done, int total) {
     (void)total;
     client_gone(j);
     if (j->req.stream && j->started && (now_s() - j->t_last_event) * 1000 >= r->w->ping_ms)
-        job_append_event(j, render_sse_ping());
+        job_append(j, render_sse_ping());
 }
 
 /* How J's run ended (j->oom, written only by this thread, first). */
@@ -198,28 +201,20 @@ static void log_failure(const job *j, job_outcome outcome) {
  * event, or the JSON body), then its outcome, and wakes the connection. */
 static void finish(job *j) {
     job_outcome outcome = outcome_of(j);
-    if (outcome == JOB_OUTCOME_ENGINE_ERROR || outcome == JOB_OUTCOME_OOM) log_failure(j, outcome);
     render_stop stop = stop_of(j);
     if (j->req.stream && j->started && outcome == JOB_OUTCOME_DONE) {
-        job_append_event(j, render_sse_block_stop(0));
-        job_append_event(j, render_sse_message_delta(&stop));
-        job_append_event(j, render_sse_message_stop());
+        job_append(j, render_sse_block_stop(0));
+        job_append(j, render_sse_message_delta(&stop));
+        job_append(j, render_sse_message_stop());
     } else if (j->req.stream && j->started) {
         render_error e = render_outcome(outcome, j->res.error, j->res.retryable);
-        job_append_event(j, render_sse_error(e.type, e.message));
+        job_append(j, render_sse_error(e.type, e.message));
     } else if (!j->req.stream && outcome == JOB_OUTCOME_DONE) {
         render_message_info m = message_info(j);
-        char *body = render_message(&m, j->text, &stop);
-        pthread_mutex_lock(&j->lock);
-        if (body) buf_add(j, &j->out, &j->out_len, &j->out_cap, body, strlen(body));
-        else j->oom = 1;
-        pthread_mutex_unlock(&j->lock);
-        free(body);
+        job_append(j, render_message(&m, j->text, &stop));
     }
-    if (j->oom && outcome == JOB_OUTCOME_DONE) { /* the end could not be written */
-        outcome = JOB_OUTCOME_OOM;
-        log_failure(j, outcome);
-    }
+    if (j->oom && outcome == JOB_OUTCOME_DONE) outcome = JOB_OUTCOME_OOM; /* the end could not be written */
+    if (outcome == JOB_OUTCOME_ENGINE_ERROR || outcome == JOB_OUTCOME_OOM) log_failure(j, outcome);
     pthread_mutex_lock(&j->lock);
     j->outcome = outcome;
     job_wake(j);

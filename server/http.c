@@ -1,10 +1,9 @@
-/* http.c - routes, auth, JSON and SSE responses over libmicrohttpd
- * (internal polling thread with epoll; connections suspended while their
- * job waits). */
+/* http.c - routes, auth, limits and headers over libmicrohttpd (internal
+ * polling thread with epoll; connections suspended while their job waits).
+ * Response bodies come from server/render.h. */
 #include "server/http.h"
 
 #include <arpa/inet.h>
-#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <openssl/crypto.h>
@@ -22,6 +21,7 @@
 #include "server/messages.h"
 #include "server/metrics.h"
 #include "server/ratelimit.h"
+#include "server/render.h"
 
 typedef enum { ROUTE_NONE, ROUTE_MESSAGES, ROUTE_COUNT, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS } route_id;
 
@@ -114,14 +114,8 @@ static enum MHD_Result queue(struct MHD_Connection *c, int status, struct MHD_Re
  * N > 0 "true" plus "retry-after: N". */
 static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *r, int status, const char *type, const char *msg,
                                   int retry) {
-    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(root, "type", "error");
-    cJSON_AddStringToObject(err, "type", type);
-    cJSON_AddStringToObject(err, "message", msg);
-    cJSON_AddStringToObject(root, "request_id", r->request_id);
-    char *js = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    const char *body = js ? js : "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}";
+    char *js = render_error_body(type, msg, r->request_id);
+    const char *body = js ? js : render_oom_error_body;
     struct MHD_Response *resp = body_response(r, status, "application/json", body, strlen(body));
     free(js);
     if (!resp) return MHD_NO;
@@ -138,13 +132,13 @@ static enum MHD_Result send_error(struct MHD_Connection *c, req_ctx *r, int stat
     return queue(c, status, resp);
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, req_ctx *r, int status, cJSON *obj) {
-    char *js = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
+/* A 200 JSON answer of JS, a rendered body (taken); NULL: out of memory,
+ * answered with a 500. */
+static enum MHD_Result send_json(struct MHD_Connection *c, req_ctx *r, char *js) {
     if (!js) return send_error(c, r, 500, "api_error", "out of memory", -1);
-    struct MHD_Response *resp = body_response(r, status, "application/json", js, strlen(js));
+    struct MHD_Response *resp = body_response(r, 200, "application/json", js, strlen(js));
     free(js);
-    return resp ? queue(c, status, resp) : MHD_NO;
+    return resp ? queue(c, 200, resp) : MHD_NO;
 }
 
 /* The index of the presented key among the configured ones (0 when no keys
@@ -164,21 +158,6 @@ static int authorized(struct MHD_Connection *c) {
     return found;
 }
 
-static cJSON *model_object(void) {
-    const engine_info *in = engine_get_info(S->engine);
-    cJSON *m = cJSON_CreateObject();
-    char created[32];
-    time_t t = (time_t)in->created_at;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cJSON_AddStringToObject(m, "type", "model");
-    cJSON_AddStringToObject(m, "id", in->name);
-    cJSON_AddStringToObject(m, "display_name", in->name);
-    cJSON_AddStringToObject(m, "created_at", created);
-    return m;
-}
-
 static enum MHD_Result handle_models(struct MHD_Connection *c, req_ctx *r, const char *url) {
     const engine_info *in = engine_get_info(S->engine);
     if (r->route == ROUTE_MODEL) {
@@ -187,14 +166,9 @@ static enum MHD_Result handle_models(struct MHD_Connection *c, req_ctx *r, const
             snprintf(msg, sizeof msg, "model: %.200s not found (this server serves %s)", url + 11, in->name);
             return send_error(c, r, 404, "not_found_error", msg, -1);
         }
-        return send_json(c, r, 200, model_object());
+        return send_json(c, r, render_model(in->name, in->created_at));
     }
-    cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, model_object());
-    cJSON_AddBoolToObject(root, "has_more", 0);
-    cJSON_AddStringToObject(root, "first_id", in->name);
-    cJSON_AddStringToObject(root, "last_id", in->name);
-    return send_json(c, r, 200, root);
+    return send_json(c, r, render_models(in->name, in->created_at));
 }
 
 /* Parses the body, renders and tokenizes the prompt. Returns the token
@@ -232,9 +206,7 @@ static enum MHD_Result handle_count(struct MHD_Connection *c, req_ctx *r) {
     if (n < 0) return rc;
     free(tokens);
     msg_request_free(&req);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "input_tokens", n);
-    return send_json(c, r, 200, o);
+    return send_json(c, r, render_count_tokens(n));
 }
 
 static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
@@ -280,9 +252,7 @@ static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
     if (worker_submit(S->worker, j)) {
         pthread_mutex_lock(&j->lock);
         job_wake(j); /* resumed: the handler answers 529 on its next call */
-        j->done = 1;
-        j->res.reason = ENGINE_STOP_ERROR;
-        snprintf(j->res.error, sizeof j->res.error, "overloaded");
+        j->outcome = JOB_OUTCOME_OVERLOADED;
         pthread_mutex_unlock(&j->lock);
     }
     return MHD_YES;
@@ -299,7 +269,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         n = (ssize_t)(j->out_len - j->out_sent < max ? j->out_len - j->out_sent : max);
         memcpy(buf, j->out + j->out_sent, (size_t)n);
         j->out_sent += (size_t)n;
-    } else if (j->done) {
+    } else if (j->outcome != JOB_OUTCOME_PENDING) {
         n = MHD_CONTENT_READER_END_OF_STREAM;
     } else if (j->conn) {
         j->suspended = 1;
@@ -315,7 +285,7 @@ static void sse_free(void *cls) { job_release(cls); }
 static enum MHD_Result handle_resumed(struct MHD_Connection *c, req_ctx *r) {
     job *j = r->job;
     pthread_mutex_lock(&j->lock);
-    int started = j->started, done = j->done;
+    int started = j->started, done = j->outcome != JOB_OUTCOME_PENDING;
     pthread_mutex_unlock(&j->lock);
     if (j->req.stream && started) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, j, sse_free);
@@ -337,13 +307,8 @@ static enum MHD_Result handle_resumed(struct MHD_Connection *c, req_ctx *r) {
         pthread_mutex_unlock(&j->lock);
         return MHD_YES;
     }
-    const engine_result *res = &j->res;
-    if (res->reason == ENGINE_STOP_ERROR && !strcmp(res->error, "overloaded"))
-        return send_error(c, r, 529, "overloaded_error", "the server is overloaded: its queue is full", 1);
-    if (res->reason == ENGINE_STOP_ERROR || j->oom)
-        return send_error(c, r, 500, "api_error", j->oom ? "out of memory" : res->error, res->retryable && !j->oom ? -1 : 0);
-    if (res->reason == ENGINE_STOP_CANCELLED)
-        return send_error(c, r, 503, "overloaded_error", "the request was cancelled", 1);
+    render_error e = render_outcome(j->outcome, j->res.error, j->res.retryable);
+    if (e.type) return send_error(c, r, e.status, e.type, e.message, e.retry);
     struct MHD_Response *resp = body_response(r, 200, "application/json", j->out ? j->out : "", j->out_len);
     if (!resp) return MHD_NO;
     layer_headers(resp, j->mask, engine_layer_status_name(j->layer_status), hint_status_name(j->hint_outcome));
@@ -438,8 +403,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     if (j) {
         pthread_mutex_lock(&j->lock);
         j->conn = NULL;
-        if (!j->done) atomic_store(&j->cancel, 1);
-        if (j->done && k > 0 && (size_t)k < sizeof fields) {
+        int done = j->outcome != JOB_OUTCOME_PENDING, ran = done && j->outcome != JOB_OUTCOME_OVERLOADED;
+        if (!done) atomic_store(&j->cancel, 1);
+        if (ran && k > 0 && (size_t)k < sizeof fields) {
             uint8_t wire[MASK_WIRE_BYTES];
             char b64[MASK_B64_LEN + 1];
             mask_to_wire(j->mask, engine_get_info(S->engine)->n_layers, wire);

@@ -1,4 +1,5 @@
-/* worker.c - the engine worker: one job at a time from a bounded FIFO. */
+/* worker.c - the engine worker: one job at a time from a bounded FIFO. The
+ * engine's callbacks append what server/render.c renders to the job. */
 #include "server/worker.h"
 
 #include <cjson/cJSON.h>
@@ -11,6 +12,7 @@
 
 #include "engine/log.h"
 #include "server/metrics.h"
+#include "server/render.h"
 
 struct worker {
     engine *e;
@@ -76,58 +78,31 @@ static void buf_add(job *j, char **buf, size_t *len, size_t *cap, const char *s,
     (*buf)[*len] = 0;
 }
 
-/* Appends one SSE event (event line, data line, blank line) and wakes the
- * connection. Takes ownership of DATA. */
-static void sse_event(job *j, const char *name, cJSON *data) {
-    char *js = data ? cJSON_PrintUnformatted(data) : NULL;
-    cJSON_Delete(data);
+/* Appends RENDERED (taken; NULL: the rendering ran out of memory, which
+ * sets j->oom) to J's output. A stream's connection is woken to send it at
+ * once; a JSON body waits for the outcome. */
+static void job_append(job *j, char *rendered) {
     pthread_mutex_lock(&j->lock);
-    if (js) {
-        char head[64];
-        int n = snprintf(head, sizeof head, "event: %s\ndata: ", name);
-        buf_add(j, &j->out, &j->out_len, &j->out_cap, head, (size_t)n);
-        buf_add(j, &j->out, &j->out_len, &j->out_cap, js, strlen(js));
-        buf_add(j, &j->out, &j->out_len, &j->out_cap, "\n\n", 2);
-    } else {
-        j->oom = 1;
+    if (rendered) buf_add(j, &j->out, &j->out_len, &j->out_cap, rendered, strlen(rendered));
+    else j->oom = 1;
+    if (j->req.stream) {
+        j->t_last_event = now_s();
+        job_wake(j);
     }
-    j->t_last_event = now_s();
-    job_wake(j);
     pthread_mutex_unlock(&j->lock);
-    free(js);
+    free(rendered);
 }
 
-static cJSON *typed(const char *type) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "type", type);
-    return o;
+/* What J's message object says about its request (borrows from J). */
+static render_message_info message_info(const job *j) {
+    return (render_message_info){.id = j->msg_id, .model = j->req.model, .input_tokens = j->n_prompt};
 }
 
-static cJSON *usage(int input, int output) {
-    cJSON *u = cJSON_CreateObject();
-    if (input >= 0) cJSON_AddNumberToObject(u, "input_tokens", input);
-    cJSON_AddNumberToObject(u, "output_tokens", output);
-    return u;
-}
-
-/* The message object of message_start and of the non-streaming body. */
-static cJSON *message_object(const job *j, const char *text, const char *stop_reason, const char *stop_seq, int output) {
-    cJSON *m = typed("message");
-    cJSON_AddStringToObject(m, "id", j->msg_id);
-    cJSON_AddStringToObject(m, "role", "assistant");
-    cJSON_AddStringToObject(m, "model", j->req.model);
-    cJSON *content = cJSON_AddArrayToObject(m, "content");
-    if (text) {
-        cJSON *block = typed("text");
-        cJSON_AddStringToObject(block, "text", text);
-        cJSON_AddItemToArray(content, block);
-    }
-    if (stop_reason) cJSON_AddStringToObject(m, "stop_reason", stop_reason);
-    else cJSON_AddNullToObject(m, "stop_reason");
-    if (stop_seq) cJSON_AddStringToObject(m, "stop_sequence", stop_seq);
-    else cJSON_AddNullToObject(m, "stop_sequence");
-    cJSON_AddItemToObject(m, "usage", usage(j->n_prompt, output));
-    return m;
+/* How J's generation stopped (borrows from J). */
+static render_stop stop_of(const job *j) {
+    const engine_result *res = &j->res;
+    const char *seq = res->reason == ENGINE_STOP_SEQUENCE && res->stop_index >= 0 ? j->req.stop[res->stop_index] : NULL;
+    return (render_stop){.reason = engine_stop_reason_name(res->reason), .sequence = seq, .output_tokens = res->n_generated};
 }
 
 /* 1 when the client has closed its connection. */
@@ -160,16 +135,10 @@ static int on_start(void *ud, const uint8_t *mask, int n_layers) {
     pthread_mutex_unlock(&j->lock);
     metrics_kv_bytes(j->res.kv_bytes);
     if (j->req.stream) {
-        cJSON *start = typed("message_start");
-        cJSON_AddItemToObject(start, "message", message_object(j, NULL, NULL, NULL, 0));
-        sse_event(j, "message_start", start);
-        cJSON *cb = typed("content_block_start");
-        cJSON_AddNumberToObject(cb, "index", 0);
-        cJSON *block = typed("text");
-        cJSON_AddStringToObject(block, "text", "");
-        cJSON_AddItemToObject(cb, "content_block", block);
-        sse_event(j, "content_block_start", cb);
-        sse_event(j, "ping", typed("ping"));
+        render_message_info m = message_info(j);
+        job_append(j, render_sse_message_start(&m));
+        job_append(j, render_sse_block_start(0));
+        job_append(j, render_sse_ping());
     }
     return client_gone(j);
 }
@@ -187,14 +156,7 @@ static int on_text(void *ud, const char *text, size_t len) {
         pthread_mutex_unlock(&j->lock);
         return j->oom;
     }
-    cJSON *d = typed("content_block_delta");
-    cJSON_AddNumberToObject(d, "index", 0);
-    cJSON *delta = typed("text_delta");
-    char *t = strndup(text, len);
-    cJSON_AddStringToObject(delta, "text", t ? t : "");
-    free(t);
-    cJSON_AddItemToObject(d, "delta", delta);
-    sse_event(j, "content_block_delta", d);
+    job_append(j, render_sse_text_delta(0, text, len));
     return j->oom;
 }
 
@@ -205,46 +167,56 @@ static void on_progress(void *ud, int done, int total) {
     (void)total;
     client_gone(j);
     if (j->req.stream && j->started && (now_s() - j->t_last_event) * 1000 >= r->w->ping_ms)
-        sse_event(j, "ping", typed("ping"));
+        job_append(j, render_sse_ping());
 }
 
-/* Writes the end of the response: closing SSE events, or the JSON body. */
-static void finish(job *j) {
-    const engine_result *res = &j->res;
-    const char *stop_seq = res->reason == ENGINE_STOP_SEQUENCE && res->stop_index >= 0 ? j->req.stop[res->stop_index] : NULL;
-    int ok = res->reason != ENGINE_STOP_ERROR && res->reason != ENGINE_STOP_CANCELLED && !j->oom;
-    if (j->req.stream && j->started) {
-        if (ok) {
-            cJSON *stop = typed("content_block_stop");
-            cJSON_AddNumberToObject(stop, "index", 0);
-            sse_event(j, "content_block_stop", stop);
-            cJSON *md = typed("message_delta");
-            cJSON *delta = cJSON_AddObjectToObject(md, "delta");
-            cJSON_AddStringToObject(delta, "stop_reason", engine_stop_reason_name(res->reason));
-            if (stop_seq) cJSON_AddStringToObject(delta, "stop_sequence", stop_seq);
-            else cJSON_AddNullToObject(delta, "stop_sequence");
-            cJSON_AddItemToObject(md, "usage", usage(-1, res->n_generated));
-            sse_event(j, "message_delta", md);
-            sse_event(j, "message_stop", typed("message_stop"));
-        } else {
-            cJSON *err = typed("error");
-            cJSON *e = cJSON_AddObjectToObject(err, "error");
-            cJSON_AddStringToObject(e, "type", res->reason == ENGINE_STOP_CANCELLED ? "overloaded_error" : "api_error");
-            cJSON_AddStringToObject(e, "message", res->reason == ENGINE_STOP_CANCELLED ? "the request was cancelled" : res->error);
-            sse_event(j, "error", err);
-        }
-    } else if (!j->req.stream && ok) {
-        cJSON *m = message_object(j, j->text ? j->text : "", engine_stop_reason_name(res->reason), stop_seq, res->n_generated);
-        char *js = cJSON_PrintUnformatted(m);
-        cJSON_Delete(m);
-        pthread_mutex_lock(&j->lock);
-        if (js) buf_add(j, &j->out, &j->out_len, &j->out_cap, js, strlen(js));
-        else j->oom = 1;
-        pthread_mutex_unlock(&j->lock);
-        free(js);
+/* How J's run ended (j->oom, written only by this thread, first). */
+static job_outcome outcome_of(const job *j) {
+    if (j->oom) return JOB_OUTCOME_OOM;
+    if (j->res.reason == ENGINE_STOP_ERROR) return JOB_OUTCOME_ENGINE_ERROR;
+    if (j->res.reason == ENGINE_STOP_CANCELLED) return JOB_OUTCOME_CANCELLED;
+    return JOB_OUTCOME_DONE;
+}
+
+/* Logs a job that failed on the server's side (OUTCOME: an engine error or
+ * out of memory) as one error line with its request id and the reason. */
+static void log_failure(const job *j, job_outcome outcome) {
+    const char *event = outcome == JOB_OUTCOME_OOM ? "out_of_memory" : "engine_error";
+    const char *msg = outcome == JOB_OUTCOME_OOM ? "out of memory for the response" : j->res.error;
+    cJSON *f = cJSON_CreateObject();
+    char *js = f && cJSON_AddStringToObject(f, "request_id", j->request_id) && cJSON_AddStringToObject(f, "msg", msg)
+                   ? cJSON_PrintUnformatted(f)
+                   : NULL;
+    cJSON_Delete(f);
+    if (js) { /* the members without their braces */
+        js[strlen(js) - 1] = 0;
+        log_fields(LOG_ERROR, event, js + 1);
+    } else {
+        log_msg(LOG_ERROR, event, "request %s: %s", j->request_id, msg);
     }
+    free(js);
+}
+
+/* Writes the end of J's response (the closing SSE events or an SSE error
+ * event, or the JSON body), then its outcome, and wakes the connection. */
+static void finish(job *j) {
+    job_outcome outcome = outcome_of(j);
+    render_stop stop = stop_of(j);
+    if (j->req.stream && j->started && outcome == JOB_OUTCOME_DONE) {
+        job_append(j, render_sse_block_stop(0));
+        job_append(j, render_sse_message_delta(&stop));
+        job_append(j, render_sse_message_stop());
+    } else if (j->req.stream && j->started) {
+        render_error e = render_outcome(outcome, j->res.error, j->res.retryable);
+        job_append(j, render_sse_error(e.type, e.message));
+    } else if (!j->req.stream && outcome == JOB_OUTCOME_DONE) {
+        render_message_info m = message_info(j);
+        job_append(j, render_message(&m, j->text, &stop));
+    }
+    if (j->oom && outcome == JOB_OUTCOME_DONE) outcome = JOB_OUTCOME_OOM; /* the end could not be written */
+    if (outcome == JOB_OUTCOME_ENGINE_ERROR || outcome == JOB_OUTCOME_OOM) log_failure(j, outcome);
     pthread_mutex_lock(&j->lock);
-    j->done = 1;
+    j->outcome = outcome;
     job_wake(j);
     pthread_mutex_unlock(&j->lock);
 }

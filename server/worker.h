@@ -4,8 +4,9 @@
  * A job is shared by the HTTP side (its connection, suspended while the job
  * waits) and the worker; both hold a reference and the last release frees
  * it. The worker writes the response into the job (SSE events as they
- * happen, or the whole JSON body at the end) and resumes the connection
- * whenever there is something new for it.
+ * happen, or the whole JSON body at the end, both rendered by
+ * server/render.h), then its outcome, and resumes the connection whenever
+ * there is something new for it.
  */
 #ifndef ILPD_WORKER_H
 #define ILPD_WORKER_H
@@ -17,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "server/messages.h"
+#include "server/outcome.h"
 
 typedef struct job {
     pthread_mutex_t lock;
@@ -33,8 +35,9 @@ typedef struct job {
     int has_hint, hint_invalid;
     char request_id[40], msg_id[40];
 
-    int started, done;           /* headers may go / nothing more will come */
-    engine_result res;           /* written by the engine; read once done */
+    int started;                 /* the headers may go */
+    job_outcome outcome;         /* JOB_OUTCOME_PENDING until nothing more will come */
+    engine_result res;           /* written by the engine; read once the outcome is set */
     uint8_t mask[ENGINE_MAX_LAYERS]; /* the mask used, copied at start */
     engine_layer_status layer_status;
     hint_status hint_outcome;
@@ -42,7 +45,7 @@ typedef struct job {
     size_t out_len, out_cap, out_sent;
     char *text;                  /* the answer so far (non-streaming) */
     size_t text_len, text_cap;
-    int oom;
+    int oom;                     /* the worker ran out of memory for the response */
     double t_created, t_last_event;
     struct job *next;
 } job;

@@ -58,6 +58,7 @@ def start_failures():
 
 def vanishing_clients():
     s = Server("--queue", "4", "--test-kv-fail-request", "6")
+    fail = []
     try:
         fds0 = open_fds(s.proc.pid)
         long = raw_post(s.port, dict(BODY, max_tokens=450, stream=True))
@@ -84,7 +85,8 @@ def vanishing_clients():
         codes = []
         for _ in range(6):
             st, h, o = s.json("POST", "/v1/messages", BODY)
-            codes.append((st, h.get("x-should-retry"), o.get("error", {}).get("type") if isinstance(o, dict) else None))
+            codes.append((st, h.get("x-should-retry"), o.get("error", {}).get("type") if isinstance(o, dict) else None,
+                          h.get("request-id")))
         fail = [c for c in codes if c[0] == 500]
         check(len(fail) == 1 and fail[0][1] == "false" and fail[0][2] == "api_error" and codes[-1][0] == 200,
               "a simulated KV allocation failure: 500 api_error with x-should-retry false, then the next request is served", codes)
@@ -110,6 +112,12 @@ def vanishing_clients():
     finally:
         rc, log = s.stop()
     check(rc == 0, "the server exits 0 after the faults", rc)
+    failed_id = fail[0][3] if len(fail) == 1 else None
+    errors = [json.loads(l) for l in log.splitlines() if '"level":"error"' in l and '"event":"engine_error"' in l]
+    check(failed_id and [(e.get("request_id"), e.get("msg")) for e in errors] ==
+          [(failed_id, "out of memory for the KV cache (simulated for testing)")],
+          "the KV allocation failure is logged once at error level with the request's id and the engine's message",
+          (failed_id, errors))
 
 
 def slow_client():

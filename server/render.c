@@ -1,0 +1,208 @@
+/* render.c - the Messages API's response shapes, built with cJSON. Every
+ * member is checked: a failed allocation makes the whole result NULL, never
+ * an object with a member missing. Key order is the wire order. */
+#include "server/render.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char render_oom_error_body[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}";
+
+/* Adds ITEM to OBJ under KEY; takes ITEM (deleted when it cannot be added).
+ * Returns 1, or 0 when OBJ or ITEM is NULL or out of memory. */
+static int put(cJSON *obj, const char *key, cJSON *item) {
+    if (!obj || !item || !cJSON_AddItemToObject(obj, key, item)) {
+        cJSON_Delete(item);
+        return 0;
+    }
+    return 1;
+}
+
+/* A JSON string of S, or null when S is NULL; NULL when out of memory. */
+static cJSON *string_or_null(const char *s) { return s ? cJSON_CreateString(s) : cJSON_CreateNull(); }
+
+/* OBJ when OK, else NULL (OBJ deleted). */
+static cJSON *checked(cJSON *obj, int ok) {
+    if (ok) return obj;
+    cJSON_Delete(obj);
+    return NULL;
+}
+
+/* {"type": TYPE}, the start of most shapes; NULL when out of memory. */
+static cJSON *typed(const char *type) {
+    cJSON *o = cJSON_CreateObject();
+    return checked(o, put(o, "type", cJSON_CreateString(type)));
+}
+
+/* {"type": TYPE, "index": INDEX}; NULL when out of memory. */
+static cJSON *typed_index(const char *type, int index) {
+    cJSON *o = typed(type);
+    return checked(o, put(o, "index", cJSON_CreateNumber(index)));
+}
+
+/* OBJ as compact JSON (OBJ deleted); the caller frees it. NULL when OBJ is
+ * NULL or out of memory. */
+static char *print(cJSON *obj) {
+    char *js = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    return js;
+}
+
+/* One SSE event: "event: NAME\ndata: JSON\n\n" (DATA deleted); the caller
+ * frees it. NULL when DATA is NULL or out of memory. */
+static char *sse(const char *name, cJSON *data) {
+    char *js = print(data);
+    if (!js) return NULL;
+    size_t n = strlen(name) + strlen(js) + sizeof "event: \ndata: \n\n";
+    char *ev = malloc(n);
+    if (ev) snprintf(ev, n, "event: %s\ndata: %s\n\n", name, js);
+    free(js);
+    return ev;
+}
+
+/* The usage object: input_tokens when INPUT >= 0, then output_tokens. */
+static cJSON *usage(int input, int output) {
+    cJSON *u = cJSON_CreateObject();
+    int ok = u && (input < 0 || put(u, "input_tokens", cJSON_CreateNumber(input)));
+    return checked(u, ok && put(u, "output_tokens", cJSON_CreateNumber(output)));
+}
+
+/* {"type": TYPE, "text": TEXT}: a text block or a text delta. */
+static cJSON *typed_text(const char *type, const char *text) {
+    cJSON *o = typed(type);
+    return checked(o, put(o, "text", cJSON_CreateString(text)));
+}
+
+/* [ITEM]; takes ITEM. NULL when ITEM is NULL or out of memory. */
+static cJSON *array_of(cJSON *item) {
+    cJSON *a = item ? cJSON_CreateArray() : NULL;
+    if (a && cJSON_AddItemToArray(a, item)) return a;
+    cJSON_Delete(a);
+    cJSON_Delete(item);
+    return NULL;
+}
+
+/* The content array: one text block holding TEXT, or empty when TEXT is NULL. */
+static cJSON *content(const char *text) { return text ? array_of(typed_text("text", text)) : cJSON_CreateArray(); }
+
+/* The message object: TEXT and STOP NULL for message_start (no content
+ * yet, null stop_reason, output_tokens 0). */
+static cJSON *message_object(const render_message_info *m, const char *text, const render_stop *stop) {
+    cJSON *o = typed("message");
+    int ok = put(o, "id", cJSON_CreateString(m->id)) && put(o, "role", cJSON_CreateString("assistant")) &&
+             put(o, "model", cJSON_CreateString(m->model)) && put(o, "content", content(text)) &&
+             put(o, "stop_reason", string_or_null(stop ? stop->reason : NULL)) &&
+             put(o, "stop_sequence", string_or_null(stop ? stop->sequence : NULL)) &&
+             put(o, "usage", usage(m->input_tokens, stop ? stop->output_tokens : 0));
+    return checked(o, ok);
+}
+
+/* {"type": TYPE, "message": MESSAGE}, the error object. */
+static cJSON *error_object(const char *type, const char *message) {
+    cJSON *e = cJSON_CreateObject();
+    int ok = put(e, "type", cJSON_CreateString(type)) && put(e, "message", cJSON_CreateString(message));
+    return checked(e, ok);
+}
+
+char *render_message(const render_message_info *m, const char *text, const render_stop *stop) {
+    return print(message_object(m, text ? text : "", stop));
+}
+
+char *render_sse_message_start(const render_message_info *m) {
+    cJSON *o = typed("message_start");
+    return sse("message_start", checked(o, put(o, "message", message_object(m, NULL, NULL))));
+}
+
+char *render_sse_block_start(int index) {
+    cJSON *o = typed_index("content_block_start", index);
+    return sse("content_block_start", checked(o, put(o, "content_block", typed_text("text", ""))));
+}
+
+char *render_sse_text_delta(int index, const char *text, size_t len) {
+    char *t = strndup(text, len);
+    if (!t) return NULL;
+    cJSON *o = typed_index("content_block_delta", index);
+    int ok = put(o, "delta", typed_text("text_delta", t));
+    free(t);
+    return sse("content_block_delta", checked(o, ok));
+}
+
+char *render_sse_block_stop(int index) { return sse("content_block_stop", typed_index("content_block_stop", index)); }
+
+/* message_delta's delta: {"stop_reason": …, "stop_sequence": … or null}. */
+static cJSON *stop_delta(const render_stop *stop) {
+    cJSON *d = cJSON_CreateObject();
+    int ok = put(d, "stop_reason", cJSON_CreateString(stop->reason)) && put(d, "stop_sequence", string_or_null(stop->sequence));
+    return checked(d, ok);
+}
+
+char *render_sse_message_delta(const render_stop *stop) {
+    cJSON *o = typed("message_delta");
+    int ok = put(o, "delta", stop_delta(stop)) && put(o, "usage", usage(-1, stop->output_tokens));
+    return sse("message_delta", checked(o, ok));
+}
+
+char *render_sse_message_stop(void) { return sse("message_stop", typed("message_stop")); }
+
+char *render_sse_ping(void) { return sse("ping", typed("ping")); }
+
+char *render_sse_error(const char *type, const char *message) {
+    cJSON *o = typed("error");
+    return sse("error", checked(o, put(o, "error", error_object(type, message))));
+}
+
+/* The error object comes before "type" here, as the server has always sent it. */
+char *render_error_body(const char *type, const char *message, const char *request_id) {
+    cJSON *o = cJSON_CreateObject();
+    int ok = put(o, "error", error_object(type, message)) && put(o, "type", cJSON_CreateString("error")) &&
+             put(o, "request_id", cJSON_CreateString(request_id));
+    return print(checked(o, ok));
+}
+
+render_error render_outcome(job_outcome outcome, const char *engine_message, int retryable) {
+    switch (outcome) {
+    case JOB_OUTCOME_DONE:
+        return (render_error){200, NULL, NULL, -1};
+    case JOB_OUTCOME_OVERLOADED:
+        return (render_error){529, "overloaded_error", "the server is overloaded: its queue is full", 1};
+    case JOB_OUTCOME_CANCELLED:
+        return (render_error){503, "overloaded_error", "the request was cancelled", 1};
+    case JOB_OUTCOME_ENGINE_ERROR: /* a retryable failure leaves the retry to the client's own policy */
+        return (render_error){500, "api_error", engine_message, retryable ? -1 : 0};
+    case JOB_OUTCOME_OOM:
+        return (render_error){500, "api_error", "out of memory", 0};
+    case JOB_OUTCOME_PENDING:
+        break;
+    }
+    return (render_error){500, "api_error", "the request ended without an outcome", -1};
+}
+
+/* The model object: type, id, display_name, created_at (RFC 3339, UTC). */
+static cJSON *model_object(const char *name, long long created_at) {
+    char created[32];
+    time_t t = (time_t)created_at;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *m = typed("model");
+    int ok = put(m, "id", cJSON_CreateString(name)) && put(m, "display_name", cJSON_CreateString(name)) &&
+             put(m, "created_at", cJSON_CreateString(created));
+    return checked(m, ok);
+}
+
+char *render_model(const char *name, long long created_at) { return print(model_object(name, created_at)); }
+
+char *render_models(const char *name, long long created_at) {
+    cJSON *o = cJSON_CreateObject();
+    int ok = put(o, "data", array_of(model_object(name, created_at))) && put(o, "has_more", cJSON_CreateFalse()) &&
+             put(o, "first_id", cJSON_CreateString(name)) && put(o, "last_id", cJSON_CreateString(name));
+    return print(checked(o, ok));
+}
+
+char *render_count_tokens(int input_tokens) {
+    cJSON *o = cJSON_CreateObject();
+    return print(checked(o, put(o, "input_tokens", cJSON_CreateNumber(input_tokens))));
+}

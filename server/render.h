@@ -1,0 +1,70 @@
+/* render.h - every response shape of the Messages API
+ * (../shared/api-contract.md): the message object, each SSE event, the
+ * error body, the models and count_tokens bodies, and the mapping from a
+ * job's outcome to HTTP status, error type and retry headers.
+ *
+ * Plain data in, text out: no connection, no job, no locking. Every
+ * function returning char * returns a NUL-terminated string that the caller
+ * owns and frees, or NULL when out of memory. */
+#ifndef ILPD_RENDER_H
+#define ILPD_RENDER_H
+
+#include <stddef.h>
+
+#include "server/outcome.h"
+
+/* What a message object says about the request it answers. */
+typedef struct {
+    const char *id;    /* msg_… */
+    const char *model; /* echoed as requested */
+    int input_tokens;
+} render_message_info;
+
+/* How a generation stopped. */
+typedef struct {
+    const char *reason;   /* stop_reason: "end_turn", "max_tokens", … */
+    const char *sequence; /* the stop string that matched, or NULL (null on the wire) */
+    int output_tokens;
+} render_stop;
+
+/* An error answer. MESSAGE is borrowed. */
+typedef struct {
+    int status;          /* HTTP status (200 and no TYPE: not an error) */
+    const char *type;    /* error.type, e.g. "api_error" */
+    const char *message; /* error.message */
+    int retry;           /* -1: no retry header; 0: x-should-retry: false;
+                            N > 0: x-should-retry: true and retry-after: N */
+} render_error;
+
+/* The non-streaming answer: the message object with one text block. */
+char *render_message(const render_message_info *m, const char *text, const render_stop *stop);
+
+/* One SSE event each, framed as "event: NAME\ndata: JSON\n\n". */
+char *render_sse_message_start(const render_message_info *m);
+char *render_sse_block_start(int index);                              /* a text block */
+char *render_sse_text_delta(int index, const char *text, size_t len); /* LEN bytes of TEXT */
+char *render_sse_block_stop(int index);
+char *render_sse_message_delta(const render_stop *stop);
+char *render_sse_message_stop(void);
+char *render_sse_ping(void);
+char *render_sse_error(const char *type, const char *message);
+
+/* The error body {"type":"error","error":{…},"request_id":…} of an HTTP
+ * error answer. */
+char *render_error_body(const char *type, const char *message, const char *request_id);
+/* The body to send when render_error_body itself runs out of memory. */
+extern const char render_oom_error_body[];
+
+/* What a job that ended with OUTCOME answers. ENGINE_MESSAGE and RETRYABLE
+ * are the engine's, for JOB_OUTCOME_ENGINE_ERROR. JOB_OUTCOME_DONE gives
+ * status 200 and no type. The message is static or ENGINE_MESSAGE. */
+render_error render_outcome(job_outcome outcome, const char *engine_message, int retryable);
+
+/* GET /v1/models/{id}: the one model NAME, created at CREATED_AT (unix s). */
+char *render_model(const char *name, long long created_at);
+/* GET /v1/models: the list holding that one model. */
+char *render_models(const char *name, long long created_at);
+/* POST /v1/messages/count_tokens: {"input_tokens": N}. */
+char *render_count_tokens(int input_tokens);
+
+#endif

@@ -1,5 +1,5 @@
 /* render.h - every response shape of the Messages API
- * (../shared/api-contract.md): the message object, each SSE event, the
+ * (Anthropic's, as its SDKs read them): the message object, each SSE event, the
  * error body, the models and count_tokens bodies, and the mapping from a
  * job's outcome to HTTP status, error type and retry headers.
  *

@@ -1,5 +1,5 @@
 /* test_render.c - the Messages API response shapes of server/render.h
- * against ../shared/api-contract.md: field names and order, null
+ * against the Messages API as the SDKs read it: field names and order, null
  * stop_sequence, usage, SSE framing, error bodies, and each job outcome's
  * status, error type and retry headers. Then every shape with each of its
  * allocations failing: NULL or the whole text, never a part of it. */

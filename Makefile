@@ -100,7 +100,7 @@ $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 # Installs the Debian packages the build, the tests and `make run` need
 # (only those missing; needs root or sudo).
 deps:
-	@scripts/install-deps.sh
+	@scripts/make/install-deps.sh
 
 test: deps $(BIN) $(UNIT_BINS)
 	@ILPD=$(abspath $(BIN)) UNIT_DIR=$(abspath $(BUILD)/tests) SANITIZE=$(SANITIZE) PYTHON=$(PYTHON) tests/run.sh $(T)
@@ -125,13 +125,13 @@ install: $(BIN)
 	if [ -z "$(DESTDIR)" ] && ! getent passwd ilpd >/dev/null; then useradd --system --no-create-home --shell /usr/sbin/nologin ilpd; fi
 
 # Speed benchmarks: makes the synthetic bench models when missing (bench/models/,
-# git-ignored; scripts/make_bench_models.sh), then runs `ilpd bench` on each and
-# prints a table (scripts/bench.sh; LLAMA_BENCH=path/to/llama-bench adds
+# git-ignored; scripts/make/make_bench_models.sh), then runs `ilpd bench` on each and
+# prints a table (scripts/make/bench.sh; LLAMA_BENCH=path/to/llama-bench adds
 # llama.cpp's numbers on the same files).
 BENCH_THREADS ?= 2
 bench: $(BIN)
-	@scripts/make_bench_models.sh
-	@ILPD=$(abspath $(BIN)) THREADS=$(BENCH_THREADS) scripts/bench.sh
+	@scripts/make/make_bench_models.sh
+	@ILPD=$(abspath $(BIN)) THREADS=$(BENCH_THREADS) scripts/make/bench.sh
 
 clean:
 	rm -rf build ilpd

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Round-trip checks for scripts/ilpd_gguf.py; exit 0 when all pass, prints one line.
+"""Round-trip checks for scripts/model/ilpd_gguf.py; exit 0 when all pass, prints one line.
 
 1. quantize -> dequantize relative RMS error per type is below a bound;
 2. the vectorised dequantizers agree with plain scalar loops written after
@@ -16,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "model"))
 import ilpd_gguf as g  # noqa: E402
 
 # bound on RMS(error) / RMS(x) for N(0,1) data

@@ -9,7 +9,7 @@ port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 out="$TESTS_TMP/locust"
-locust -f scripts/locustfile.py --headless -u 20 -r 10 -t 20s --host "http://127.0.0.1:$port" \
+locust -f scripts/load/locustfile.py --headless -u 20 -r 10 -t 20s --host "http://127.0.0.1:$port" \
     --csv "$out" --only-summary >"$TESTS_TMP/locust.log" 2>&1
 rc=$?
 kill -TERM $pid; wait $pid; src=$?

@@ -25,7 +25,7 @@
  * without the mask), and (emulation) that running out of device memory
  * fails model_load and model_state_init cleanly and frees what they took.
  * `test_cuda --bench MODEL ...` measures speed on a real GPU
- * (scripts/gpu-check.sh; see main()).
+ * (scripts/make/gpu-check.sh; see main()).
  *
  * Tolerances (relative to the largest magnitude of the reference):
  *   float weights, own kernels      1e-4  (float sums in another order)
@@ -733,7 +733,7 @@ static void run_all(kb_backend *g, const char *models) {
 }
 
 #if defined(ILPD_CUDA) && !defined(CUDA_EMU)
-/* ---- `test_cuda --bench MODEL ...` (scripts/gpu-check.sh) ---- */
+/* ---- `test_cuda --bench MODEL ...` (scripts/make/gpu-check.sh) ---- */
 
 static double now_s(void) {
     struct timespec ts;
@@ -846,7 +846,7 @@ out:
 /* test_cuda [--models A.gguf,B.gguf]: the checks (synthetic models with
  * --models, as tests/t_cuda.sh runs them).
  * test_cuda --bench MODEL [--prompt 2048] [--gen 128] [--kv-f16] [--mask B64]...:
- * speed on a real GPU, JSON lines (scripts/gpu-check.sh). */
+ * speed on a real GPU, JSON lines (scripts/make/gpu-check.sh). */
 int main(int argc, char **argv) {
     const char *models = NULL;
     const char *bench_model = NULL;

@@ -1,7 +1,7 @@
 # ilpd - build, test, run.
 #   make            build ./ilpd (CUDA backend too when nvcc is found; CUDA=0 to skip it)
 #   make test       build and run every test (SANITIZE=1: ASan+UBSan build)
-#   make run        install what is missing, build, serve the default model on 127.0.0.1:8080
+#   make run        install what is missing (sudo when not root), build, serve the default model on 127.0.0.1:8080
 #   make bench      speed benchmarks (see README)
 
 CC       ?= gcc
@@ -65,7 +65,7 @@ UNIT_SRCS := $(wildcard tests/unit/*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 DEPS := $(OBJS:.o=.d) $(UNIT_BINS:=.d)
 
-.PHONY: all test run bench fuzz install deps clean
+.PHONY: all test run bench fuzz install deps test-deps clean
 all: $(BIN)
 
 $(BIN): $(OBJS)
@@ -98,11 +98,16 @@ $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 -include tests/fuzz/fuzz.mk
 
 # Installs the Debian packages the build, the tests and `make run` need
-# (only those missing; needs root or sudo).
+# (only those missing; as root, or with sudo otherwise).
 deps:
-	@scripts/install-deps.sh
+	@scripts/make/install-deps.sh --sudo
 
-test: deps $(BIN) $(UNIT_BINS)
+# `make test` never runs sudo: as root it installs what is missing, otherwise
+# it prints the missing packages and the command that installs them.
+test-deps:
+	@scripts/make/install-deps.sh
+
+test: test-deps $(BIN) $(UNIT_BINS)
 	@ILPD=$(abspath $(BIN)) UNIT_DIR=$(abspath $(BUILD)/tests) SANITIZE=$(SANITIZE) PYTHON=$(PYTHON) tests/run.sh $(T)
 
 run: deps $(BIN)
@@ -125,13 +130,13 @@ install: $(BIN)
 	if [ -z "$(DESTDIR)" ] && ! getent passwd ilpd >/dev/null; then useradd --system --no-create-home --shell /usr/sbin/nologin ilpd; fi
 
 # Speed benchmarks: makes the synthetic bench models when missing (bench/models/,
-# git-ignored; scripts/make_bench_models.sh), then runs `ilpd bench` on each and
-# prints a table (scripts/bench.sh; LLAMA_BENCH=path/to/llama-bench adds
+# git-ignored; scripts/make/make_bench_models.sh), then runs `ilpd bench` on each and
+# prints a table (scripts/make/bench.sh; LLAMA_BENCH=path/to/llama-bench adds
 # llama.cpp's numbers on the same files).
 BENCH_THREADS ?= 2
 bench: $(BIN)
-	@scripts/make_bench_models.sh
-	@ILPD=$(abspath $(BIN)) THREADS=$(BENCH_THREADS) scripts/bench.sh
+	@scripts/make/make_bench_models.sh
+	@ILPD=$(abspath $(BIN)) THREADS=$(BENCH_THREADS) scripts/make/bench.sh
 
 clean:
 	rm -rf build ilpd

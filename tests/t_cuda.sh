@@ -1,6 +1,6 @@
 #!/bin/sh
 # The CUDA backend's kernels on the emulated GPU against the CPU backend, on
-# synthetic models of every weight type (scripts/make_synthetic.py): both
+# synthetic models of every weight type (scripts/model/make_synthetic.py): both
 # architectures (qwen2 has q/k/v biases and NEOX rope), grouped-query
 # attention, a tied head, row widths that fill whole K-quant blocks. For
 # each: logits of a prompt through the cuBLAS path and decode steps through
@@ -30,7 +30,7 @@ for spec in llama:F32 llama:F16 llama:BF16 llama:Q8_0 llama:Q4_0 llama:Q4_K llam
     case "$rest" in *:tied) extra="--tied" ;; esac
     out="$work/synthetic-$arch-$type${extra:+-tied}.gguf"
     # shellcheck disable=SC2086
-    if ! "$PYTHON" scripts/make_synthetic.py -o "$out" --type "$type" --arch "$arch" $shape $extra 2>"$work/log"; then
+    if ! "$PYTHON" scripts/model/make_synthetic.py -o "$out" --type "$type" --arch "$arch" $shape $extra 2>"$work/log"; then
         echo "not ok - make_synthetic.py $spec: $(tail -n 1 "$work/log")"
         exit 1
     fi

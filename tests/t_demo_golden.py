@@ -2,7 +2,7 @@
 """The built-in demo model (models/ilpd-demo-F16.gguf) against PyTorch.
 
 models/demo.golden.json holds, for held-out prompts, the greedy ids that the
-PyTorch model produced (scripts/train/golden.py) with the top-1/top-2 logit
+PyTorch model produced (scripts/model/train/golden.py) with the top-1/top-2 logit
 margin of each step. Teacher-forced on those ids, the engine's argmax must be
 the next golden id at every step (a step whose margin is under 0.01 is a
 near-tie that either side may break, and is reported but not failed).
@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts", "model"))
 import ilpd_gguf  # noqa: E402
 
 ILPD = os.environ.get("ILPD", "./ilpd")

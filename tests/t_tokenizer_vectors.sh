@@ -1,7 +1,7 @@
 #!/bin/sh
 # Llama 3 byte-level BPE against llama.cpp's test vectors: turns the Llama 3
 # tokenizer.json from $SHARED into a vocabulary GGUF with
-# scripts/tokenizer_to_gguf.py, then runs the unit program
+# scripts/model/tokenizer_to_gguf.py, then runs the unit program
 # test_tokenizer_vectors with LLAMA3_VOCAB set to it. (Run without that
 # variable, by tests/t_unit.sh, the same program checks the Llama 2 vectors.)
 # Environment: SHARED, PYTHON, UNIT_DIR (default build/rel/tests), TESTS_TMP.
@@ -20,11 +20,11 @@ if [ ! -x "$prog" ]; then
 fi
 work=$(mktemp -d "${TESTS_TMP:-/tmp}/llama3-vocab.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
-if "$PYTHON" scripts/tokenizer_to_gguf.py "$dir/tokenizer.json" --config "$dir/tokenizer_config.json" \
+if "$PYTHON" scripts/model/tokenizer_to_gguf.py "$dir/tokenizer.json" --config "$dir/tokenizer_config.json" \
         -o "$work/llama3-vocab.gguf" 2>"$work/log"; then
-    echo "ok - scripts/tokenizer_to_gguf.py converts the Llama 3 tokenizer.json"
+    echo "ok - scripts/model/tokenizer_to_gguf.py converts the Llama 3 tokenizer.json"
 else
-    echo "not ok - scripts/tokenizer_to_gguf.py converts the Llama 3 tokenizer.json: $(tail -n 1 "$work/log")"
+    echo "not ok - scripts/model/tokenizer_to_gguf.py converts the Llama 3 tokenizer.json: $(tail -n 1 "$work/log")"
     exit 1
 fi
 LLAMA3_VOCAB="$work/llama3-vocab.gguf" "$prog"

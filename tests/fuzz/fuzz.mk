@@ -2,7 +2,7 @@
 # in tests/fuzz/<name>/ against the few project modules it reaches
 # (instrumented, with ASan+UBSan, in build/fuzz/, apart from build/rel and
 # build/san) and runs them one after another for N seconds each from their
-# seed corpora (scripts/fuzz.sh); it prints the executions per harness and
+# seed corpora (scripts/make/fuzz.sh); it prints the executions per harness and
 # fails when one crashed. Included by the root Makefile.
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_NAMES="hint gguf"] [SHARED=../shared]
 FUZZ_SECONDS ?= 60
@@ -47,4 +47,4 @@ $(foreach n,$(FUZZ_NAMES),$(eval $(call fuzz_bin,$(n))))
 
 fuzz: $(FUZZ_BINS)
 	@FUZZ_DIR=$(FUZZ_DIR) FUZZ_SECONDS=$(FUZZ_SECONDS) PYTHON=$(PYTHON) SHARED=$(or $(SHARED),../shared) \
-	    scripts/fuzz.sh $(FUZZ_NAMES)
+	    scripts/make/fuzz.sh $(FUZZ_NAMES)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Numpy reference forward pass for llama and qwen2 GGUF models (the test oracle).
 
-Weights are dequantized with scripts/ilpd_gguf.py exactly as the file defines
+Weights are dequantized with scripts/model/ilpd_gguf.py exactly as the file defines
 them, then all arithmetic runs in float64, so the only approximation against
 an ideal implementation is the weight format itself, with one rule that
 llama.cpp and ilpd share: a matmul with a quantized weight (Q8_0, Q4_0, Q4_K,
@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "model"))
 import ilpd_gguf  # noqa: E402
 
 ROPE_MODE = {"llama": "norm", "qwen2": "neox"}

@@ -21,11 +21,13 @@
  * decode steps, an F16 KV cache, a run with layer 1 skipped against the CPU
  * with the same mask, that a skipped layer launches no kernel and gets no
  * KV cache (the emulation also counts the device bytes exactly), and on
- * stories260K greedy answers of 40 tokens identical to the CPU's (with and
- * without the mask), and (emulation) that running out of device memory
- * fails model_load and model_state_init cleanly and frees what they took.
+ * stories260K (F32 and F16; without ../shared, the synthetic 5-layer models
+ * $UNIT_MODEL and $UNIT_MODEL_F16 that tests/t_unit.sh writes) greedy answers
+ * of 40 tokens identical to the CPU's (with and without the mask), and
+ * (emulation) that running out of device memory fails model_load and
+ * model_state_init cleanly and frees what they took.
  * `test_cuda --bench MODEL ...` measures speed on a real GPU
- * (scripts/gpu-check.sh; see main()).
+ * (scripts/make/gpu-check.sh; see main()).
  *
  * Tolerances (relative to the largest magnitude of the reference):
  *   float weights, own kernels      1e-4  (float sums in another order)
@@ -43,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/backend.h"
 #include "tests/unit/check.h"
@@ -747,18 +750,23 @@ static void run_all(kb_backend *g, const char *models) {
         void *big = g->alloc(g, (size_t)1 << 62);
         CHECK(big == NULL, TAG ": alloc of 4 EiB returns NULL");
         g->free(g, NULL);
+        /* stories260K, or else the synthetic models of the same shape */
+        char path16[1024];
+        const char *unit = getenv("UNIT_MODEL"), *unit16 = getenv("UNIT_MODEL_F16");
         snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", check_shared_dir());
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            fclose(f);
+        snprintf(path16, sizeof path16, "%s/models/stories260K/stories260K-F16.gguf", check_shared_dir());
+        if (access(path, R_OK) && unit && *unit && unit16 && *unit16) {
+            snprintf(path, sizeof path, "%s", unit);
+            snprintf(path16, sizeof path16, "%s", unit16);
+        }
+        if (!access(path, R_OK)) {
             model_check(p, path, 1);
 #ifdef CUDA_EMU
             oom_check(path);
 #endif
-            snprintf(path, sizeof path, "%s/models/stories260K/stories260K-F16.gguf", check_shared_dir());
-            model_check(p, path, 1);
+            model_check(p, path16, 1);
         } else {
-            SKIP(TAG ": stories260K (logits, greedy answers, masks, out of memory): %s absent", path);
+            SKIP(TAG ": stories260K (logits, greedy answers, masks, out of memory): %s absent and no $UNIT_MODEL", path);
         }
     } else {
         const char *s = models;
@@ -777,7 +785,7 @@ static void run_all(kb_backend *g, const char *models) {
 }
 
 #if defined(ILPD_CUDA) && !defined(CUDA_EMU)
-/* ---- `test_cuda --bench MODEL ...` (scripts/gpu-check.sh) ---- */
+/* ---- `test_cuda --bench MODEL ...` (scripts/make/gpu-check.sh) ---- */
 
 static double now_s(void) {
     struct timespec ts;
@@ -890,7 +898,7 @@ out:
 /* test_cuda [--models A.gguf,B.gguf]: the checks (synthetic models with
  * --models, as tests/t_cuda.sh runs them).
  * test_cuda --bench MODEL [--prompt 2048] [--gen 128] [--kv-f16] [--mask B64]...:
- * speed on a real GPU, JSON lines (scripts/gpu-check.sh). */
+ * speed on a real GPU, JSON lines (scripts/make/gpu-check.sh). */
 int main(int argc, char **argv) {
     const char *models = NULL;
     const char *bench_model = NULL;

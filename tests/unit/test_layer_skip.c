@@ -1,9 +1,11 @@
 /* test_layer_skip.c - what a skipped layer costs: nothing.
- * On stories260K (5 layers): a skipped layer gets no KV cache, launches no
- * kernel and reads none of its weights (they are made unreadable while the
- * request runs); the probe is bound to the model's hash; the probe's
- * decision and the client's hint reach the result. */
+ * On a 5-layer model: a skipped layer gets no KV cache, launches no kernel
+ * and reads none of its weights (they are made unreadable while the request
+ * runs); the probe is bound to the model's hash; the probe's decision and the
+ * client's hint reach the result. The model is $UNIT_MODEL (the synthetic
+ * 5-layer model tests/t_unit.sh writes), else stories260K from $SHARED. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -75,15 +77,23 @@ static int write_probe(engine *e, const char *path, const char *sha, int n_layer
 
 int main(void) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", check_shared_dir());
+    const char *unit = getenv("UNIT_MODEL");
+    if (unit && *unit) snprintf(path, sizeof path, "%s", unit);
+    else snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", check_shared_dir());
     if (access(path, R_OK)) {
-        SKIP("layer skipping on stories260K: %s absent", path);
+        SKIP("layer skipping: %s absent (tests/t_unit.sh writes $UNIT_MODEL)", path);
         return 0;
     }
+    printf("# layer skipping on %s\n", path);
     engine *e = open_model(path, NULL);
-    CHECK(e != NULL, "stories260K loads");
+    CHECK(e != NULL, "the 5-layer model loads");
     if (!e) CHECK_DONE();
     const engine_info *in = engine_get_info(e);
+    CHECK(in->n_layers == 5, "the model has 5 layers (%d)", in->n_layers);
+    if (in->n_layers != 5) {
+        engine_close(e);
+        CHECK_DONE();
+    }
     uint8_t full[5] = {1, 1, 1, 1, 1}, skip1[5] = {1, 1, 0, 1, 1}, skip2[5] = {1, 1, 0, 0, 1};
     run_out a, b, c;
     run(e, full, NULL, &a);

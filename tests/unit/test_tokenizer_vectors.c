@@ -11,7 +11,7 @@
  *  - plain run (tests/t_unit.sh): the Llama 2 SentencePiece vocabulary in
  *    $SHARED/models/tokenizers/llama2-spm.
  *  - LLAMA3_VOCAB=FILE (tests/t_tokenizer_vectors.sh sets it after turning
- *    the Llama 3 tokenizer.json into FILE with scripts/tokenizer_to_gguf.py):
+ *    the Llama 3 tokenizer.json into FILE with scripts/model/tokenizer_to_gguf.py):
  *    that vocabulary against the llama3-bpe vectors, plus Llama 3's special
  *    tokens, round trips, load time and encoding speed.
  */

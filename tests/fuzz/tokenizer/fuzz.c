@@ -1,7 +1,7 @@
 /* fuzz.c (tokenizer) - libFuzzer harness for the tokenizers on arbitrary
  * bytes, with real vocabularies loaded once: SentencePiece from
  * stories260K (512 tokens) and from Llama 2 (32000), and byte-level BPE
- * from Llama 3 (converted by scripts/tokenizer_to_gguf.py; scripts/fuzz.sh
+ * from Llama 3 (converted by scripts/model/tokenizer_to_gguf.py; scripts/make/fuzz.sh
  * does that). A vocabulary that is absent is replaced by the first one.
  * Byte 0 picks the vocabulary (bits 0-1), special-token parsing (bit 2) and
  * BOS (bit 3); the rest is the text, not NUL-terminated. Checks: the count

@@ -1,6 +1,6 @@
 """Load test for ilpd (Debian's python3-locust), headless and time-bounded:
 
-  locust -f scripts/locustfile.py --headless -u 20 -r 10 -t 30s --host http://127.0.0.1:8080
+  locust -f scripts/load/locustfile.py --headless -u 20 -r 10 -t 30s --host http://127.0.0.1:8080
 
 Half the users ask for JSON answers, half stream. A 529 with retry-after is
 the server's back-pressure working as designed and counts as a success (the

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Export a training checkpoint to GGUF (arch "llama") for the ilpd engine.
 
-  /usr/bin/python3 scripts/train/export.py [--ckpt /work/ilpd-train/ckpt_XXXXXXX.pt]
+  /usr/bin/python3 scripts/model/train/export.py [--ckpt /work/ilpd-train/ckpt_XXXXXXX.pt]
       [--out-dir models] [--types F16,Q8_0] [--check]
 
 Default checkpoint: the latest in /work/ilpd-train.  Writes
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "model"))
 import ilpd_gguf as g  # noqa: E402
 from chat import IM_START, IM_END, Tokenizer  # noqa: E402
 from model import latest_checkpoint, load_checkpoint  # noqa: E402

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Soak test: the real server under locust for minutes, checking for leaks.
 
-  /usr/bin/python3 scripts/soak.py [-m models/ilpd-demo-F16.gguf] [-u 50] [-t 120] [--warmup 20]
+  /usr/bin/python3 scripts/load/soak.py [-m models/ilpd-demo-F16.gguf] [-u 50] [-t 120] [--warmup 20]
 
-Starts `./ilpd serve` on a free port, runs scripts/locustfile.py headless with
+Starts `./ilpd serve` on a free port, runs scripts/load/locustfile.py headless with
 U users for a warm-up, reads the server's RSS, runs U users for T seconds,
 reads the RSS again, and prints requests, failures (a 529 with retry-after is
 back-pressure, not a failure; the server's own counters say how many),
@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def rss_kib(pid):
@@ -30,7 +30,7 @@ def rss_kib(pid):
 
 
 def locust(port, users, seconds, csv_prefix):
-    cmd = ["locust", "-f", os.path.join(ROOT, "scripts/locustfile.py"), "--headless", "-u", str(users), "-r", str(users),
+    cmd = ["locust", "-f", os.path.join(ROOT, "scripts/load/locustfile.py"), "--headless", "-u", str(users), "-r", str(users),
            "-t", "%ds" % seconds, "--host", "http://127.0.0.1:%d" % port, "--csv", csv_prefix, "--only-summary"]
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     with open(csv_prefix + "_stats.csv") as f:

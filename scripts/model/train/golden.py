@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Write models/demo.golden.json: greedy continuations of held-out chat prompts.
 
-  /usr/bin/python3 scripts/train/golden.py [--ckpt PATH] [--n-new 48]
+  /usr/bin/python3 scripts/model/train/golden.py [--ckpt PATH] [--n-new 48]
 
 The model runs in fp32 without autocast (KV-cached greedy decoding) and with its 2-D weights rounded to
 float16 (--no-round-f16 to disable), i.e. the exact values in
@@ -21,7 +21,7 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 from chat import Tokenizer  # noqa: E402
 from gen import greedy_cached as greedy, load_model  # noqa: E402

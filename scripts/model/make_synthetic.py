@@ -7,7 +7,7 @@ The same --seed gives the same float weights for every --type, so a quantized
 file can be compared against its F32 twin.
 
 CLI:
-  /usr/bin/python3 scripts/make_synthetic.py -o OUT.gguf --type Q4_K \
+  /usr/bin/python3 scripts/model/make_synthetic.py -o OUT.gguf --type Q4_K \
       [--arch llama|qwen2] [--layers N] [--dim D] [--heads H] [--kv-heads KV]
       [--ffn F] [--vocab V] [--ctx C] [--seed S] [--tied] [--rope-base B]
       [--llama3-rope-scaling]

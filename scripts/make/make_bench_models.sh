@@ -2,9 +2,9 @@
 # Generates the synthetic bench models into bench/models/ (git-ignored) when
 # they are missing: a ~1B shape and a 32-layer shape, each in F32, F16, Q8_0,
 # Q4_0 and Q4_K. Random weights; only their shapes and types matter for speed.
-#   scripts/make_bench_models.sh [TYPE...]      (default: all five types)
+#   scripts/make/make_bench_models.sh [TYPE...]      (default: all five types)
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-/usr/bin/python3}"
 DIR="${BENCH_MODELS:-bench/models}"
 mkdir -p "$DIR"
@@ -21,7 +21,7 @@ for shape in 1b l32; do
         [ -s "$out" ] && continue
         echo "make_bench_models: writing $out" >&2
         # shellcheck disable=SC2086
-        nice -n 5 "$PYTHON" scripts/make_synthetic.py -o "$out.tmp" --type "$t" ${SHAPES[$shape]} --seed 1 \
+        nice -n 5 "$PYTHON" scripts/model/make_synthetic.py -o "$out.tmp" --type "$t" ${SHAPES[$shape]} --seed 1 \
             --name "bench-$shape-$t"
         mv "$out.tmp" "$out"
     done

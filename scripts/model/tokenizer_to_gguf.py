@@ -11,7 +11,7 @@ gpt2-style BPE models:
   bos/eos(/padding) token ids, add_bos_token, tokenizer.chat_template.
 
 Usage:
-  /usr/bin/python3 scripts/tokenizer_to_gguf.py tokenizer.json \
+  /usr/bin/python3 scripts/model/tokenizer_to_gguf.py tokenizer.json \
       [--config tokenizer_config.json] [--pre llama-bpe] \
       [--add-bos true|false] [--name NAME] -o vocab.gguf
 """

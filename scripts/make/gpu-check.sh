@@ -8,7 +8,7 @@
 #      emulated GPU and on the device);
 #   3. writes a synthetic Llama-3-8B-shaped model (32 layers, dim 4096, 32
 #      heads, 8 KV heads, FFN 14336, vocab 128256) in F16, then in Q8_0
-#      (scripts/make_gpu_model.py), and on each runs `test_cuda --bench`:
+#      (scripts/model/make_gpu_model.py), and on each runs `test_cuda --bench`:
 #      device bandwidth measured in the same process (a read kernel and a
 #      device-to-device copy), then a 2048-token prompt and 128 greedy
 #      tokens at full depth and with a mask skipping 25% of the layers;
@@ -17,12 +17,12 @@
 #   5. prints a table: generation tok/s, time to first token of the 2048-
 #      token prompt, device memory in use, bandwidth, the generation
 #      roofline (bandwidth / bytes a token reads) and the ratio reached.
-# Usage (from the repository root): bash scripts/gpu-check.sh
+# Usage (from the repository root): bash scripts/make/gpu-check.sh
 # Environment: WORK (model folder, default bench/models/gpu-check, git-ignored; about 17 GB free
 # needed, each model is deleted after its run unless KEEP=1), PROMPT (2048),
 # GEN (128), TYPES ("F16 Q8_0"), JOBS (16), PYTHON (/usr/bin/python3).
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 START=$(date +%s)
 PYTHON="${PYTHON:-/usr/bin/python3}"
 WORK="${WORK:-bench/models/gpu-check}"
@@ -73,7 +73,7 @@ for t in $TYPES; do
     model="$WORK/llama3-8b-shape-$t.gguf"
     if [ ! -s "$model" ]; then
         say "write $model"
-        if ! "$PYTHON" scripts/make_gpu_model.py -o "$model" --type "$t"; then
+        if ! "$PYTHON" scripts/model/make_gpu_model.py -o "$model" --type "$t"; then
             echo "gpu-check: could not write $model"
             status=1
             continue

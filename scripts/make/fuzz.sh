@@ -4,9 +4,9 @@
 # build/fuzz/corpus/NAME) and prints one line per harness: executions, speed,
 # and whether it crashed. Exits 1 when any harness crashed (the input is kept
 # in build/fuzz/artifacts/).
-#   scripts/fuzz.sh NAME...     Environment: FUZZ_DIR, FUZZ_SECONDS, SHARED, PYTHON
+#   scripts/make/fuzz.sh NAME...     Environment: FUZZ_DIR, FUZZ_SECONDS, SHARED, PYTHON
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 FUZZ_DIR="${FUZZ_DIR:-build/fuzz}"
 SECONDS_EACH="${FUZZ_SECONDS:-60}"
 SHARED="${SHARED:-../shared}"
@@ -20,7 +20,7 @@ llama2="$SHARED/models/tokenizers/llama2-spm/ggml-vocab-llama-spm.gguf"
 [ -z "${FUZZ_SPM2_GGUF:-}" ] && [ -f "$llama2" ] && export FUZZ_SPM2_GGUF="$llama2"
 llama3="$SHARED/models/tokenizers/llama3-bpe"
 if [ -z "${FUZZ_BPE_GGUF:-}" ] && [ -f "$llama3/tokenizer.json" ]; then
-    [ -s "$FUZZ_DIR/llama3-vocab.gguf" ] || "$PYTHON" scripts/tokenizer_to_gguf.py "$llama3/tokenizer.json" \
+    [ -s "$FUZZ_DIR/llama3-vocab.gguf" ] || "$PYTHON" scripts/model/tokenizer_to_gguf.py "$llama3/tokenizer.json" \
         --config "$llama3/tokenizer_config.json" -o "$FUZZ_DIR/llama3-vocab.gguf" 2>/dev/null
     [ -s "$FUZZ_DIR/llama3-vocab.gguf" ] && export FUZZ_BPE_GGUF="$FUZZ_DIR/llama3-vocab.gguf"
 fi

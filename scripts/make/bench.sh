@@ -1,18 +1,18 @@
 #!/bin/bash
-# Speed benchmarks: `ilpd bench` on every bench model (scripts/make_bench_models.sh
+# Speed benchmarks: `ilpd bench` on every bench model (scripts/make/make_bench_models.sh
 # makes them), one table row each; then, on the 32-layer models, a run that
 # skips 25% of the layers against the full-depth run: time per token should
 # fall with the skipped layers' share of the weight bytes, KV bytes exactly
 # with the skipped fraction.
 #
-#   scripts/bench.sh [MODEL.gguf ...]       (default: bench/models/*.gguf)
+#   scripts/make/bench.sh [MODEL.gguf ...]       (default: bench/models/*.gguf)
 # Environment: ILPD (./ilpd), THREADS (2), P (128 prompt tokens), N (128
 # generated), REPS (1: measured runs per model, the best counts), KV (f16, as
 # llama.cpp's default, or f32: the KV cache type),
 # LLAMA_BENCH (path to llama.cpp's llama-bench: adds its numbers on the same
 # files and threads), LLAMA_REPS (3), OUT (a folder to keep the JSON lines in).
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ILPD="${ILPD:-./ilpd}"
 THREADS="${THREADS:-2}"
 P="${P:-128}"
@@ -33,7 +33,7 @@ if [ ${#models[@]} -eq 0 ]; then
     models=(bench/models/*.gguf)
 fi
 if [ ${#models[@]} -eq 0 ]; then
-    echo "bench.sh: no models (run scripts/make_bench_models.sh)" >&2
+    echo "bench.sh: no models (run scripts/make/make_bench_models.sh)" >&2
     exit 1
 fi
 

@@ -23,7 +23,7 @@ Tokenization contract (identical in the C engine):
   <0x0A>.  One <s> (BOS) starts every document.
 
 Usage:
-  /usr/bin/python3 scripts/train/make_data.py --out /work/ilpd-train/data
+  /usr/bin/python3 scripts/model/train/make_data.py --out /work/ilpd-train/data
 """
 import argparse
 import hashlib
@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 from chat import (IM_START, IM_END, SYSTEMS, USER_TEMPLATES, render,  # noqa: E402
                   Tokenizer)

@@ -4,7 +4,7 @@ valid JSON rate and category accuracy (classify), exact field match
 (extract), yes/no accuracy; plus story answers for reading. Also reports the
 layer status the server chose per task.
 
-Usage: /usr/bin/python3 scripts/eval_served.py MODEL [--n 100] [--probe-dir DIR] [--json OUT]
+Usage: /usr/bin/python3 scripts/load/eval_served.py MODEL [--n 100] [--probe-dir DIR] [--json OUT]
 """
 import argparse
 import collections
@@ -13,12 +13,12 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "server"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "server"))
 from ilpd_server import Server  # noqa: E402
 
 
 def load(task, n):
-    with open(os.path.join(HERE, "..", "models", "heldout", task + ".jsonl")) as f:
+    with open(os.path.join(HERE, "..", "..", "models", "heldout", task + ".jsonl")) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return rows[:n]
 
@@ -35,7 +35,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--n", type=int, default=100)
-    ap.add_argument("--probe-dir", default=os.path.join(HERE, "..", "config", "probes"))
+    ap.add_argument("--probe-dir", default=os.path.join(HERE, "..", "..", "config", "probes"))
     ap.add_argument("--json")
     a = ap.parse_args()
     s = Server("--probe-dir", a.probe_dir, model=a.model)

@@ -1,5 +1,8 @@
 #!/usr/bin/python3
-"""Round-trip checks for scripts/ilpd_gguf.py; exit 0 when all pass, prints one line.
+"""The GGUF writer every synthetic test model comes from (scripts/model/ilpd_gguf.py).
+
+Usage: /usr/bin/python3 tests/t_gguf_writer.py   (a tests/run.sh suite: one
+"ok - NAME" or "not ok - NAME: why" line per check; exit 1 when one fails)
 
 1. quantize -> dequantize relative RMS error per type is below a bound;
 2. the vectorised dequantizers agree with plain scalar loops written after
@@ -16,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "model"))
 import ilpd_gguf as g  # noqa: E402
 
 # bound on RMS(error) / RMS(x) for N(0,1) data
@@ -201,18 +204,34 @@ def check_errors(fail):
 
 
 def main():
-    """Run all checks; returns the exit code."""
-    fail = []
-    errs = check_accuracy(fail)
-    check_known_blocks(fail)
-    check_file_roundtrip(fail)
-    check_errors(fail)
+    """Run all checks, one line each; returns the exit code."""
+    failed = 0
+
+    def report(fail, name):
+        nonlocal failed
+        if fail:
+            failed += 1
+            print("not ok - %s: %s" % (name, "; ".join(fail)))
+        else:
+            print("ok - " + name)
+
+    acc = []
+    errs = check_accuracy(acc)
     summary = " ".join("%s=%.2g" % kv for kv in errs.items())
-    if fail:
-        print("test_gguf_roundtrip: FAIL: " + "; ".join(fail))
-        return 1
-    print("test_gguf_roundtrip: OK (worst-row rel RMS error: %s)" % summary)
-    return 0
+    report([f for f in acc if "vectorised" not in f],
+           "ilpd_gguf: quantize -> dequantize within each type's error bound (worst-row rel RMS: %s)" % summary)
+    report([f for f in acc if "vectorised" in f],
+           "ilpd_gguf: vectorised dequantizers equal scalar loops after ggml's dequantize_row_* (Q8_0, Q4_0, Q4_K, Q6_K)")
+    fail = []
+    check_known_blocks(fail)
+    report(fail, "ilpd_gguf: hand-built Q8_0, Q4_0, Q4_K blocks decode to their values; BF16 rounds to nearest even")
+    fail = []
+    check_file_roundtrip(fail)
+    report(fail, "ilpd_gguf: Writer -> Reader keeps metadata of every kind, tensor shapes, data and alignment (32, 64)")
+    fail = []
+    check_errors(fail)
+    report(fail, "ilpd_gguf: quantized types refuse rows that do not fill whole blocks")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

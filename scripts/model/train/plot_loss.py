@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Plot <ckpt-dir>/loss.csv (train + held-out loss vs tokens) to models/loss.png.
 
-  /usr/bin/python3 scripts/train/plot_loss.py [--csv /work/ilpd-train/loss.csv] [--out models/loss.png]
+  /usr/bin/python3 scripts/model/train/plot_loss.py [--csv /work/ilpd-train/loss.csv] [--out models/loss.png]
 """
 import argparse
 import csv
@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 
 def main():

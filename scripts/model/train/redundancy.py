@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Per-layer redundancy of the demo model on held-out chats (Markdown table).
 
-  /usr/bin/python3 scripts/train/redundancy.py [--ckpt PATH] [--per-task 8]
+  /usr/bin/python3 scripts/model/train/redundancy.py [--ckpt PATH] [--per-task 8]
 
 For held-out documents (<s> + full ChatML rendering incl. the answer),
 teacher-forced, fp32:
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 from chat import Tokenizer, render  # noqa: E402
 from gen import load_model  # noqa: E402

@@ -9,7 +9,7 @@
    without (--keep-warm 0), both running through the same quiet spells; ROUNDS
    spells, the order of the two alternating.
 
-Usage: /usr/bin/python3 scripts/bench_server.py MODEL [--n 50] [--idle 120] [--rounds 3]
+Usage: /usr/bin/python3 scripts/load/bench_server.py MODEL [--n 50] [--idle 120] [--rounds 3]
 """
 import argparse
 import json
@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "server"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "server"))
 from ilpd_server import Server  # noqa: E402
 
 BODY = {"model": "bench", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": "Tell me a story about a cat."}]}

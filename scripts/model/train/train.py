@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Train the ilpd demo model (CPU, bf16 autocast), resumably.
 
-  nohup nice -n 19 /usr/bin/python3 scripts/train/train.py \\
+  nohup nice -n 19 /usr/bin/python3 scripts/model/train/train.py \\
       --ckpt-dir /work/ilpd-train --max-minutes 135 --max-tokens 30000000 \\
       > /work/ilpd-train/train.log 2>&1 &
 
@@ -153,7 +153,7 @@ def main():
             import sentencepiece as spm
             here = os.path.dirname(os.path.abspath(__file__))
             vocab = spm.SentencePieceProcessor(
-                model_file=os.path.join(here, "..", "..", "models", "tokenizer.model")).get_piece_size()
+                model_file=os.path.join(here, "..", "..", "..", "models", "tokenizer.model")).get_piece_size()
         cfg = Config(vocab_size=vocab, dim=a.dim, n_layers=a.layers, n_heads=a.heads,
                      n_kv_heads=a.kv_heads, ffn_dim=a.ffn, max_seq_len=a.seq)
         model = Llama(cfg)

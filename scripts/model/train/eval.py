@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Held-out metrics for the demo model (PyTorch, fp32, greedy decoding).
 
-  /usr/bin/python3 scripts/train/eval.py [--ckpt PATH] [--n 100] [--json out.json]
+  /usr/bin/python3 scripts/model/train/eval.py [--ckpt PATH] [--n 100] [--json out.json]
 
 classify: valid-JSON rate (answer parses as a JSON object with keys
   "category" in the 4 labels and numeric "confidence" in [0,1]), category
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 from chat import Tokenizer, render  # noqa: E402
 from gen import greedy_cached as greedy, load_model  # noqa: E402

@@ -2,7 +2,7 @@
 """Generation speed with layers skipped through x-layer-hint vs full depth, in
 one server run (a benchmark, not a test).
 
-Usage: /usr/bin/python3 scripts/bench_hints.py MODEL --skip 0.25 [--n 5] [--tokens 64]
+Usage: /usr/bin/python3 scripts/load/bench_hints.py MODEL --skip 0.25 [--n 5] [--tokens 64]
 The server runs with --hint-max-deviation set to the skipped fraction so that
 the hint is applied; the hint keeps layers 0..2 and the last. Prints decode
 tok/s (engine time after the first token) and TTFT from the request log.
@@ -14,7 +14,7 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "server"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "server"))
 from ilpd_server import Server  # noqa: E402
 
 

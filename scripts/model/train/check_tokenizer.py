@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Check that llama.cpp's SPM tokenizer algorithm reproduces our encoding.
 
-  /usr/bin/python3 scripts/train/check_tokenizer.py
+  /usr/bin/python3 scripts/model/train/check_tokenizer.py
 
 Reimplements llama.cpp's llm_tokenizer_spm (spaces -> "▁", no space prefix,
 UTF-8 chars as symbols, repeatedly merge the adjacent pair whose concatenation
@@ -13,7 +13,7 @@ This is the algorithm a C tokenizer for models/ilpd-demo-*.gguf must implement.
 import os
 import sys, json, heapq, glob
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 from chat import Tokenizer, render, IM_START, IM_END
 tok = Tokenizer(os.path.join(REPO, "models", "tokenizer.model")); sp = tok.sp

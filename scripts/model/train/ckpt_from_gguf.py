@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Rebuild a PyTorch checkpoint from an exported demo GGUF (the inverse of export.py).
 
-  /usr/bin/python3 scripts/train/ckpt_from_gguf.py [--gguf models/ilpd-demo-F16.gguf]
+  /usr/bin/python3 scripts/model/train/ckpt_from_gguf.py [--gguf models/ilpd-demo-F16.gguf]
       [--out PATH | --out-dir /work/ilpd-train/from-gguf] [--check]
 
 The training checkpoint of the published demo model was lost; only the GGUF
-exports remain.  This reads the GGUF with scripts/ilpd_gguf.py, maps every
+exports remain.  This reads the GGUF with scripts/model/ilpd_gguf.py, maps every
 tensor back to its model.Llama state_dict name (inverse of export.tensor_map),
 takes model.Config from the llama.* metadata and the step/token counts from
 ilpd.train.*, and writes {"config", "model", "state", "source"} in the format
@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "model"))
 import ilpd_gguf as g  # noqa: E402
 from model import Config, Llama  # noqa: E402
 

@@ -1,16 +1,16 @@
 #!/usr/bin/python3
-"""Write a large synthetic Llama GGUF quickly, for GPU speed checks (scripts/gpu-check.sh).
+"""Write a large synthetic Llama GGUF quickly, for GPU speed checks (scripts/make/gpu-check.sh).
 
 Default shape: Llama-3-8B (32 layers, dim 4096, 32 heads, 8 KV heads, FFN
 14336, vocab 128256), weights F16 or Q8_0 (norms F32). Only shapes and types
 matter for speed, so the random values come from a small pool per weight
 scale (2^24 values, quantised once) that is written over and over from a
 random block offset per tensor: a 16 GB file costs the disk's write time,
-not numpy's. Scales follow scripts/make_synthetic.py, so activations stay
+not numpy's. Scales follow scripts/model/make_synthetic.py, so activations stay
 O(1) through the layers and the logits are spread. The tokenizer is
 make_synthetic's SentencePiece-style vocabulary of the same size.
 
-  /usr/bin/python3 scripts/make_gpu_model.py -o OUT.gguf --type F16|Q8_0 [--layers 32] [--dim 4096]
+  /usr/bin/python3 scripts/model/make_gpu_model.py -o OUT.gguf --type F16|Q8_0 [--layers 32] [--dim 4096]
       [--heads 32] [--kv-heads 8] [--ffn 14336] [--vocab 128256] [--ctx 8192] [--seed 1]
 """
 

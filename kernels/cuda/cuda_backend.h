@@ -1,5 +1,5 @@
 /* cuda_backend.h - what the CUDA backend offers besides backend.h (for the
- * tests and scripts/gpu-check.sh). C linkage.
+ * tests and scripts/make/gpu-check.sh). C linkage.
  *
  * kb_cuda_create() itself is declared in backend.h. The same source,
  * compiled by g++ with -DILPD_CUDA_EMU, gives kb_cuda_emu_create(): the

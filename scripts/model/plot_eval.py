@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Draws `ilpd eval --plot`: skip rate against greedy agreement, one point per
-prompt, coloured by prompt class.
+"""Draws what `ilpd eval --json` measured: skip rate against greedy agreement,
+one point per prompt, coloured by prompt class.
 
-Usage: /usr/bin/python3 scripts/plot_eval.py EVAL.json OUT.png
+Usage:
+  ./ilpd eval -m MODEL --data PROMPTS.jsonl --json > EVAL.json
+  /usr/bin/python3 scripts/model/plot_eval.py EVAL.json OUT.png
 """
 import json
 import sys
@@ -33,4 +35,6 @@ def main(src, dst):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__.strip())
     main(sys.argv[1], sys.argv[2])

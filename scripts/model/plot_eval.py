@@ -9,13 +9,13 @@ Usage:
 import json
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def main(src, dst):
+    import matplotlib  # python3-matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     data = json.load(open(src))
     rows = data["prompts"]
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -140,104 +140,90 @@ static void mask_string(const uint8_t *mask, int n, char *out) {
     out[n] = 0;
 }
 
-int cli_eval(int argc, char **argv) {
-    probe_opts o;
-    int parsed = measure_opts_parse(argc, argv, &o);
-    if (parsed) return parsed > 0 ? cli_usage_print(cli_eval_usage, 1) : 2;
-    log_set_plain(1);
-    prompt_spec *specs = NULL;
-    int n_specs = measure_prompts_load(o.data, &specs), rc = 1;
-    if (n_specs < 1) {
-        measure_prompts_free(specs, n_specs > 0 ? n_specs : 0);
-        return 1;
-    }
-    int n_use = o.max_prompts > 0 && o.max_prompts < n_specs ? o.max_prompts : n_specs; /* the first ones */
-    engine *e = measure_engine_open(&o, 1);
-    cJSON *root = cJSON_CreateObject(), *rows = root ? cJSON_AddArrayToObject(root, "prompts") : NULL;
-    float *logits = NULL;
-    class_sum classes[64];
-    int n_classes = 0;
-    if (!e || !rows) goto done;
+/* Runs prompt I (SPEC) at full depth and with the probe: adds it to its
+ * class in CLASSES (*N_CLASSES of them), a row to ROWS and, without --json,
+ * a line on stdout. A prompt too long for the context, or that fails, is
+ * left out with a message. LOGITS: n_ctx x n_vocab scratch. */
+static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec, int i, float *logits, class_sum *classes,
+                        int *n_classes, cJSON *rows) {
     const engine_info *in = engine_get_info(e);
-    if (!in->probe_loaded) fprintf(stderr, "eval: no probe matches this model: the probe runs are at full depth\n");
-    logits = malloc((size_t)in->n_ctx * in->n_vocab * sizeof *logits);
-    if (!logits) goto done;
-    if (!o.json)
-        printf("%-4s %-10s %8s %8s %6s %9s %9s %8s %8s\n", "#", "class", "skipped", "agree", "exact", "tok/s full",
-               "tok/s probe", "kv full", "kv probe");
-    for (int i = 0; i < n_use; i++) {
-        int32_t *prompt = NULL;
-        int n = measure_prompt_tokens(e, &specs[i], &prompt);
-        answer full, pa;
-        engine_result rf, rp;
-        uint8_t fm[ENGINE_MAX_LAYERS];
-        measure_mask_full(in, fm);
-        memset(&full, 0, sizeof full);
-        memset(&pa, 0, sizeof pa);
-        if (n < 1 || n + o.n_gen >= in->n_ctx || run_answer(e, prompt, n, o.n_gen, fm, &full, &rf) ||
-            run_answer(e, prompt, n, o.n_gen, NULL, &pa, &rp)) {
-            fprintf(stderr, "eval: prompt %d skipped (too long or failed)\n", i);
-            goto next;
-        }
-        sample sm = {.seq = NULL, .n_prompt = n, .n_seq = n + full.ids.n, .full_top1 = full.ids.ids};
-        sm.seq = malloc((size_t)sm.n_seq * sizeof *sm.seq);
-        int agree = full.ids.n;
-        if (!sm.seq) goto next;
-        memcpy(sm.seq, prompt, (size_t)n * sizeof *prompt);
-        memcpy(sm.seq + n, full.ids.ids, (size_t)full.ids.n * sizeof *full.ids.ids);
-        if (rp.n_skipped && measure_agreement(e, &sm, rp.mask, logits, &agree)) agree = -1;
-        free(sm.seq);
-        if (agree < 0) goto next;
-        int exact = (full.text.len == pa.text.len) && (!full.text.len || !memcmp(full.text.text, pa.text.text, full.text.len));
-        class_sum *c = class_get(classes, &n_classes, specs[i].cls);
-        c->n++;
-        c->exact += exact;
-        c->agree += agree;
-        c->total += full.ids.n;
-        c->skipped += rp.n_skipped;
-        c->tok_s_full += gen_tok_s(&rf);
-        c->tok_s_probe += gen_tok_s(&rp);
-        c->ttft_full += rf.ttft_ms;
-        c->ttft_probe += rp.ttft_ms;
-        c->kv_full += (double)rf.kv_bytes;
-        c->kv_probe += (double)rp.kv_bytes;
-        char ms[ENGINE_MAX_LAYERS + 1];
-        mask_string(rp.mask, in->n_layers, ms);
-        cJSON *r = cJSON_CreateObject();
-        if (r) {
-            cJSON_AddNumberToObject(r, "index", i);
-            cJSON_AddStringToObject(r, "class", specs[i].cls);
-            cJSON_AddStringToObject(r, "layer_status", engine_layer_status_name(rp.layer_status));
-            cJSON_AddStringToObject(r, "mask", ms);
-            cJSON_AddNumberToObject(r, "layers_skipped", rp.n_skipped);
-            cJSON_AddNumberToObject(r, "confidence", rp.probe_confidence);
-            cJSON_AddNumberToObject(r, "agreement", full.ids.n ? (double)agree / full.ids.n : 1);
-            cJSON_AddBoolToObject(r, "exact_match", exact);
-            cJSON_AddNumberToObject(r, "tok_s_full", gen_tok_s(&rf));
-            cJSON_AddNumberToObject(r, "tok_s_probe", gen_tok_s(&rp));
-            cJSON_AddNumberToObject(r, "ttft_ms_full", rf.ttft_ms);
-            cJSON_AddNumberToObject(r, "ttft_ms_probe", rp.ttft_ms);
-            cJSON_AddNumberToObject(r, "kv_bytes_full", (double)rf.kv_bytes);
-            cJSON_AddNumberToObject(r, "kv_bytes_probe", (double)rp.kv_bytes);
-            cJSON_AddStringToObject(r, "answer_full", full.text.text ? full.text.text : "");
-            cJSON_AddStringToObject(r, "answer_probe", pa.text.text ? pa.text.text : "");
-            cJSON_AddItemToArray(rows, r);
-        }
-        if (!o.json)
-            printf("%-4d %-10.10s %8d %7.2f%% %6s %9.1f %9.1f %8zu %8zu\n", i, specs[i].cls, rp.n_skipped,
-                   full.ids.n ? 100.0 * agree / full.ids.n : 100.0, exact ? "yes" : "no", gen_tok_s(&rf), gen_tok_s(&rp),
-                   rf.kv_bytes, rp.kv_bytes);
-    next:
-        free(prompt);
-        free(full.ids.ids);
-        free(full.text.text);
-        free(pa.ids.ids);
-        free(pa.text.text);
+    int32_t *prompt = NULL;
+    int n = measure_prompt_tokens(e, spec, &prompt);
+    answer full, pa;
+    engine_result rf, rp;
+    uint8_t fm[ENGINE_MAX_LAYERS];
+    measure_mask_full(in, fm);
+    memset(&full, 0, sizeof full);
+    memset(&pa, 0, sizeof pa);
+    if (n < 1 || n + o->n_gen >= in->n_ctx || run_answer(e, prompt, n, o->n_gen, fm, &full, &rf) ||
+        run_answer(e, prompt, n, o->n_gen, NULL, &pa, &rp)) {
+        fprintf(stderr, "eval: prompt %d skipped (too long or failed)\n", i);
+        goto done;
     }
+    sample sm = {.seq = NULL, .n_prompt = n, .n_seq = n + full.ids.n, .full_top1 = full.ids.ids};
+    sm.seq = malloc((size_t)sm.n_seq * sizeof *sm.seq);
+    int agree = full.ids.n;
+    if (!sm.seq) goto done;
+    memcpy(sm.seq, prompt, (size_t)n * sizeof *prompt);
+    memcpy(sm.seq + n, full.ids.ids, (size_t)full.ids.n * sizeof *full.ids.ids);
+    if (rp.n_skipped && measure_agreement(e, &sm, rp.mask, logits, &agree)) agree = -1;
+    free(sm.seq);
+    if (agree < 0) goto done;
+    int exact = (full.text.len == pa.text.len) && (!full.text.len || !memcmp(full.text.text, pa.text.text, full.text.len));
+    class_sum *c = class_get(classes, n_classes, spec->cls);
+    c->n++;
+    c->exact += exact;
+    c->agree += agree;
+    c->total += full.ids.n;
+    c->skipped += rp.n_skipped;
+    c->tok_s_full += gen_tok_s(&rf);
+    c->tok_s_probe += gen_tok_s(&rp);
+    c->ttft_full += rf.ttft_ms;
+    c->ttft_probe += rp.ttft_ms;
+    c->kv_full += (double)rf.kv_bytes;
+    c->kv_probe += (double)rp.kv_bytes;
+    char ms[ENGINE_MAX_LAYERS + 1];
+    mask_string(rp.mask, in->n_layers, ms);
+    cJSON *r = cJSON_CreateObject();
+    if (r) {
+        cJSON_AddNumberToObject(r, "index", i);
+        cJSON_AddStringToObject(r, "class", spec->cls);
+        cJSON_AddStringToObject(r, "layer_status", engine_layer_status_name(rp.layer_status));
+        cJSON_AddStringToObject(r, "mask", ms);
+        cJSON_AddNumberToObject(r, "layers_skipped", rp.n_skipped);
+        cJSON_AddNumberToObject(r, "confidence", rp.probe_confidence);
+        cJSON_AddNumberToObject(r, "agreement", full.ids.n ? (double)agree / full.ids.n : 1);
+        cJSON_AddBoolToObject(r, "exact_match", exact);
+        cJSON_AddNumberToObject(r, "tok_s_full", gen_tok_s(&rf));
+        cJSON_AddNumberToObject(r, "tok_s_probe", gen_tok_s(&rp));
+        cJSON_AddNumberToObject(r, "ttft_ms_full", rf.ttft_ms);
+        cJSON_AddNumberToObject(r, "ttft_ms_probe", rp.ttft_ms);
+        cJSON_AddNumberToObject(r, "kv_bytes_full", (double)rf.kv_bytes);
+        cJSON_AddNumberToObject(r, "kv_bytes_probe", (double)rp.kv_bytes);
+        cJSON_AddStringToObject(r, "answer_full", full.text.text ? full.text.text : "");
+        cJSON_AddStringToObject(r, "answer_probe", pa.text.text ? pa.text.text : "");
+        cJSON_AddItemToArray(rows, r);
+    }
+    if (!o->json)
+        printf("%-4d %-10.10s %8d %7.2f%% %6s %9.1f %9.1f %8zu %8zu\n", i, spec->cls, rp.n_skipped,
+               full.ids.n ? 100.0 * agree / full.ids.n : 100.0, exact ? "yes" : "no", gen_tok_s(&rf), gen_tok_s(&rp),
+               rf.kv_bytes, rp.kv_bytes);
+done:
+    free(prompt);
+    free(full.ids.ids);
+    free(full.text.text);
+    free(pa.ids.ids);
+    free(pa.text.text);
+}
+
+/* The per-class and total summary of CLASSES[0..n_classes) into ROOT's
+ * "classes" and, without --json (JSON 0), on stdout. */
+static void classes_report(const engine_info *in, const class_sum *classes, int n_classes, int json, cJSON *root) {
     cJSON *cls = cJSON_AddObjectToObject(root, "classes");
+    if (!cls) return;
     class_sum tot = {.cls = "total"};
     for (int c = 0; c <= n_classes; c++) {
-        class_sum *x = c < n_classes ? &classes[c] : &tot;
+        const class_sum *x = c < n_classes ? &classes[c] : &tot;
         if (c < n_classes) {
             tot.n += x->n;
             tot.exact += x->exact;
@@ -267,13 +253,42 @@ int cli_eval(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "kv_bytes_full", x->kv_full / x->n);
         cJSON_AddNumberToObject(j, "kv_bytes_probe", x->kv_probe / x->n);
         cJSON_AddItemToObject(cls, x->cls, j);
-        if (!o.json)
+        if (!json)
             printf("%-10s prompts %3d  skip rate %5.1f%% (%.2f layers)  agreement %6.2f%%  exact %5.1f%%  tok/s %.1f -> %.1f  "
                    "ttft %.1f -> %.1f ms  KV %.0f -> %.0f bytes\n",
                    x->cls, x->n, cand > 0 ? 100 * x->skipped / x->n / cand : 0, x->skipped / x->n,
                    x->total ? 100 * x->agree / x->total : 100, 100.0 * x->exact / x->n, x->tok_s_full / x->n,
                    x->tok_s_probe / x->n, x->ttft_full / x->n, x->ttft_probe / x->n, x->kv_full / x->n, x->kv_probe / x->n);
     }
+}
+
+int cli_eval(int argc, char **argv) {
+    probe_opts o;
+    int parsed = measure_opts_parse(argc, argv, &o);
+    if (parsed) return parsed > 0 ? cli_usage_print(cli_eval_usage, 1) : 2;
+    log_set_plain(1);
+    prompt_spec *specs = NULL;
+    int n_specs = measure_prompts_load(o.data, &specs), rc = 1;
+    if (n_specs < 1) {
+        measure_prompts_free(specs, n_specs > 0 ? n_specs : 0);
+        return 1;
+    }
+    int n_use = o.max_prompts > 0 && o.max_prompts < n_specs ? o.max_prompts : n_specs; /* the first ones */
+    engine *e = measure_engine_open(&o, 1);
+    cJSON *root = cJSON_CreateObject(), *rows = root ? cJSON_AddArrayToObject(root, "prompts") : NULL;
+    float *logits = NULL;
+    class_sum classes[64];
+    int n_classes = 0;
+    if (!e || !rows) goto done;
+    const engine_info *in = engine_get_info(e);
+    if (!in->probe_loaded) fprintf(stderr, "eval: no probe matches this model: the probe runs are at full depth\n");
+    logits = malloc((size_t)in->n_ctx * in->n_vocab * sizeof *logits);
+    if (!logits) goto done;
+    if (!o.json)
+        printf("%-4s %-10s %8s %8s %6s %9s %9s %8s %8s\n", "#", "class", "skipped", "agree", "exact", "tok/s full",
+               "tok/s probe", "kv full", "kv probe");
+    for (int i = 0; i < n_use; i++) eval_prompt(e, &o, &specs[i], i, logits, classes, &n_classes, rows);
+    classes_report(in, classes, n_classes, o.json, root);
     if (o.ppl_text) {
         double pf, pp;
         int chunks;

@@ -57,7 +57,7 @@ ifneq ($(CUDA_SRCS),)
 endif
 endif
 
-SRCS := $(wildcard engine/*.c kernels/*.c kernels/cpu/*.c probe/*.c server/*.c)
+SRCS := $(wildcard engine/*.c kernels/*.c kernels/cpu/*.c probe/*.c server/*.c server/cli/*.c)
 OBJS := $(patsubst %.c,$(BUILD)/%.o,$(SRCS)) $(CUDA_OBJS)
 # Everything but the program's entry point, for the C unit tests to link.
 LIB_OBJS := $(filter-out $(BUILD)/server/main.o,$(OBJS))

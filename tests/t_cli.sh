@@ -1,11 +1,31 @@
 #!/bin/bash
 # Command-line behaviour that users rely on: errors are clear, exit codes right.
 ILPD=${ILPD:-./ilpd}
-M="$SHARED/models/stories260K/stories260K.gguf"
-if [ ! -f "$M" ]; then echo "skip - cli: $M absent"; exit 0; fi
 check() { # NAME CONDITION-RESULT DETAIL
     if [ "$2" = 0 ]; then echo "ok - $1"; else echo "not ok - $1: $3"; fi
 }
+
+# Every subcommand answers --help (and -h) with its usage on stdout and status 0; no model needed.
+for cmd in generate tokenize inspect logits serve bench calibrate eval; do
+    for h in --help -h; do
+        out=$("$ILPD" $cmd $h 2>"${TESTS_TMP:-/tmp}/cli-help.err"); rc=$?
+        err=$(cat "${TESTS_TMP:-/tmp}/cli-help.err")
+        [ $rc -eq 0 ] && grep -q "^usage:" <<<"$out" && grep -q "ilpd $cmd " <<<"$out" && [ -z "$err" ]
+        check "ilpd $cmd $h prints its usage on stdout, exit 0" $? "exit $rc: out '$out' err '$err'"
+    done
+done
+out=$("$ILPD" --help 2>/dev/null); rc=$?
+n=$(grep -cE "^  ilpd (generate|tokenize|inspect|logits|serve|bench|calibrate|eval) " <<<"$out")
+[ $rc -eq 0 ] && [ "$n" -eq 8 ]; check "ilpd --help lists every subcommand on stdout, exit 0" $? "exit $rc, $n listed: $out"
+for cmd in bench calibrate eval generate; do
+    out=$("$ILPD" $cmd --bogus 1 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] && grep -q "'--bogus'" <<<"$out"; check "ilpd $cmd: an unknown option stays a usage error (exit 2)" $? "exit $rc: $out"
+done
+out=$("$ILPD" eval -m x --data y --plot out.png 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "unknown option '--plot'" <<<"$out"; check "ilpd eval has no --plot (scripts/model/plot_eval.py draws eval --json)" $? "exit $rc: $out"
+
+M="$SHARED/models/stories260K/stories260K.gguf"
+if [ ! -f "$M" ]; then echo "skip - cli: $M absent"; exit 0; fi
 long=$(printf 'Once upon a time there was a cat. %.0s' $(seq 1 40))
 out=$("$ILPD" generate -m "$M" -c 64 -p "$long" -n 4 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q "does not fit the context of 64 tokens" <<<"$out"; check "a prompt longer than the context is a clear error" $? "exit $rc: $out"

@@ -11,7 +11,7 @@ check() { # NAME CONDITION-RESULT DETAIL
     if [ "$2" = 0 ]; then echo "ok - $1"; else echo "not ok - $1: $3"; fi
 }
 mkdir -p "$T"
-"$PYTHON" scripts/probe_data.py demo "$T" >/dev/null || { echo "not ok - probe_data.py demo failed"; exit 0; }
+"$PYTHON" scripts/model/probe_data.py demo "$T" >/dev/null || { echo "not ok - scripts/model/probe_data.py demo failed"; exit 0; }
 # 2 prompts of each class, 8 answer tokens and a narrow search keep the test short (ASan runs it too).
 for c in classify yesno story; do grep "\"class\": \"$c\"" "$T/calibrate.jsonl" | head -2; done > "$T/cal.jsonl"
 

@@ -1,4 +1,4 @@
-/* cli_bench.c - `ilpd bench`: prompt and generation speed of the engine on
+/* bench.c - `ilpd bench`: prompt and generation speed of the engine on
  * one model, against limits measured in the same process:
  *
  * - memory read bandwidth: N threads stream over a 1 GiB buffer (best of
@@ -14,7 +14,7 @@
  * The prompt is P random token ids (fixed seed), generation is greedy for
  * exactly N tokens (end-of-generation tokens do not stop it). A warm-up
  * request runs first. */
-#include "server/cli_bench.h"
+#include "server/cli/cli.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -34,12 +33,6 @@
 #include <immintrin.h>
 #define BENCH_X86 1
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ---- machine limits ---- */
 
@@ -233,14 +226,14 @@ static double probe_run(int kind, int n, const uint8_t *buf, size_t bytes, long 
         }
     }
     pthread_barrier_wait(&bar);
-    double t0 = now_s();
+    double t0 = cli_now_s();
     uint64_t sink = 0;
     for (int i = 0; i < n; i++) {
         pthread_join(th[i], NULL);
         sink += args[i].sum;
         if (ops) *ops += args[i].ops;
     }
-    double dt = now_s() - t0;
+    double dt = cli_now_s() - t0;
     pthread_barrier_destroy(&bar);
     __asm__ __volatile__("" ::"r"(sink));
     return dt;
@@ -283,11 +276,11 @@ static size_t current_rss(void) {
 
 /* ---- the command ---- */
 
-static int usage(void) {
-    fprintf(stderr, "usage: ilpd bench -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--layer-mask BASE64]\n"
-                    "                  [--kv-f16] [--reps R] [--json]\n");
-    return 2;
-}
+const char cli_bench_usage[] =
+    "  ilpd bench    -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--layer-mask BASE64]\n"
+    "                [--kv-f16] [--reps R] [--json]\n";
+
+static int usage(void) { return cli_usage_print(cli_bench_usage, 0); }
 
 static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
     char *end;
@@ -304,9 +297,11 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
 int cli_bench(int argc, char **argv) {
     const char *model = NULL, *mask_b64 = NULL;
     int n_threads = 0, n_prompt = 128, n_gen = 128, json = 0, kv_f16 = 0, reps = 1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (cli_is_help(a)) {
+            return cli_usage_print(cli_bench_usage, 1);
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!v) return usage();
             model = v;
             i++;
@@ -344,13 +339,13 @@ int cli_bench(int argc, char **argv) {
     char err[512];
     engine_params ep = {.model_path = model, .n_ctx = n_prompt + n_gen, .n_threads = n_threads,
                         .device = ENGINE_DEVICE_CPU, .kv_f16 = kv_f16};
-    double t_load = now_s();
+    double t_load = cli_now_s();
     engine *e = engine_open(&ep, err, sizeof err);
     if (!e) {
         fprintf(stderr, "ilpd bench: %s\n", err);
         return 1;
     }
-    t_load = now_s() - t_load;
+    t_load = cli_now_s() - t_load;
     const engine_info *in = engine_get_info(e);
     uint8_t mask[ENGINE_MAX_LAYERS];
     memset(mask, 1, sizeof mask);

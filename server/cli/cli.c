@@ -1,15 +1,13 @@
-/* cli.c - the command-line tools: generate, tokenize, inspect, logits.
- * Each prints its result on stdout and logs on stderr; each returns the
- * process exit code (0 ok, 1 error, 2 usage). */
-#include "server/cli.h"
+/* cli.c - the command-line tools generate, tokenize, inspect and logits,
+ * and the dispatch of every command but serve (see cli.h). */
+#include "server/cli/cli.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "server/cli_bench.h"
-#include "server/cli_probe.h"
 #include "engine/engine.h"
 #include "engine/gguf.h"
 #include "engine/log.h"
@@ -26,24 +24,35 @@ typedef struct {
     engine_device device;
 } cli_opts;
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage:\n"
-            "  ilpd generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-            "                [--layer-mask BASE64] [--chat] [--system TEXT] [--stop STR]... [-c CTX] [-t THREADS]\n"
-            "  ilpd tokenize -m MODEL [--no-bos] TEXT\n"
-            "  ilpd inspect  -m MODEL\n"
-            "  ilpd logits   -m MODEL --tokens ID,ID,... [--layer-mask BASE64 | --mask 1,0,...] -o FILE\n"
-            "  ilpd calibrate -m MODEL --data PROMPTS.jsonl -o PROBE.json [--target-agreement 0.99] [--seed S]\n"
-            "                 [-n ANSWER_TOKENS] [--holdout 0.25] [--max-prompts N] [--confidence-floor 0.4]\n"
-            "                 [--exact-share S]   (labels keep answers identical; S of each class must stay so)\n"
-            "                 [--beam 8]          (width of the search that orders the candidate layers)\n"
-            "                 [-k K]              (layers before the probe reads its features; default 3)\n"
-            "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--plot FILE.png]\n"
-            "                [--ppl-text FILE]\n"
-            "  ilpd bench    -m MODEL [-t N] [-p 128] [-n 128] [--layer-mask BASE64] [--json]\n"
-            "  ilpd serve    -m MODEL [options]   (see README)\n");
-    return 2;
+static const char generate_usage[] =
+    "  ilpd generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                [--layer-mask BASE64] [--chat] [--system TEXT] [--stop STR]... [-c CTX] [-t THREADS]\n";
+static const char tokenize_usage[] = "  ilpd tokenize -m MODEL [--no-bos] TEXT\n";
+static const char inspect_usage[] = "  ilpd inspect  -m MODEL\n";
+static const char logits_usage[] =
+    "  ilpd logits   -m MODEL --tokens ID,ID,... [--layer-mask BASE64 | --mask 1,0,...] -o FILE\n";
+static const char serve_usage[] = "  ilpd serve    -m MODEL [options]   (ilpd serve --help; see README)\n";
+
+int cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
+
+int cli_usage_print(const char *usage, int help) {
+    FILE *out = help ? stdout : stderr;
+    fprintf(out, "usage:\n%s", usage);
+    return help ? 0 : 2;
+}
+
+double cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Every command's usage: on stdout when HELP (returns 0), else on stderr (returns 2). */
+static int usage_all(int help) {
+    FILE *out = help ? stdout : stderr;
+    fprintf(out, "usage:\n%s%s%s%s%s%s%s%s", generate_usage, tokenize_usage, inspect_usage, logits_usage,
+            cli_calibrate_usage, cli_eval_usage, cli_bench_usage, serve_usage);
+    return help ? 0 : 2;
 }
 
 /* Parses a number option; returns 0 or -1 (message printed). */
@@ -59,6 +68,8 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
     return 0;
 }
 
+/* Parses the options of generate, tokenize, inspect and logits into O:
+ * 0, 1 when help was asked for, -1 on a usage error (message printed). */
 static int parse_args(int argc, char **argv, cli_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
@@ -108,6 +119,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "--top-p")) { NEED_VALUE(); if (parse_num(a, v, 0, 1, &d)) return -1; o->top_p = (float)d; }
         else if (!strcmp(a, "--top-k")) { NEED_VALUE(); if (parse_num(a, v, 0, 1 << 24, &d)) return -1; o->top_k = (int)d; }
         else if (!strcmp(a, "--seed")) { NEED_VALUE(); if (parse_num(a, v, 0, 1.8e19, &d)) return -1; o->seed = (unsigned long long)d; }
+        else if (cli_is_help(a)) return 1;
         else if (a[0] == '-' && a[1]) { fprintf(stderr, "ilpd: unknown option '%s'\n", a); return -1; }
         else if (!o->text) o->text = a;
         else { fprintf(stderr, "ilpd: unexpected argument '%s'\n", a); return -1; }
@@ -348,26 +360,36 @@ done:
     return rc;
 }
 
+typedef struct {
+    const char *name, *usage;
+    int (*run)(int argc, char **argv); /* the commands with their own options */
+    int (*run_opts)(const cli_opts *o); /* the commands of parse_args */
+} cli_command;
+
+static const cli_command commands[] = {
+    {"generate", generate_usage, NULL, cmd_generate},
+    {"tokenize", tokenize_usage, NULL, cmd_tokenize},
+    {"inspect", inspect_usage, NULL, cmd_inspect},
+    {"logits", logits_usage, NULL, cmd_logits},
+    {"calibrate", cli_calibrate_usage, cli_calibrate, NULL},
+    {"eval", cli_eval_usage, cli_eval, NULL},
+    {"bench", cli_bench_usage, cli_bench, NULL},
+};
+
 int cli_main(int argc, char **argv) {
-    if (argc < 2) return usage();
-    cli_opts o;
+    if (argc < 2) return usage_all(0);
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
-        usage();
-        return 0;
+    if (cli_is_help(cmd) || !strcmp(cmd, "help")) return usage_all(1);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        const cli_command *c = &commands[i];
+        if (strcmp(cmd, c->name)) continue;
+        if (c->run) return c->run(argc, argv);
+        cli_opts o;
+        log_set_plain(1);
+        int rc = parse_args(argc, argv, &o);
+        if (rc) return rc > 0 ? cli_usage_print(c->usage, 1) : 2;
+        return c->run_opts(&o);
     }
-    if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc, argv);
-    if (!strcmp(cmd, "eval")) return cli_eval(argc, argv);
-    if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
-    int known = !strcmp(cmd, "generate") || !strcmp(cmd, "tokenize") || !strcmp(cmd, "inspect") || !strcmp(cmd, "logits");
-    if (!known) {
-        fprintf(stderr, "ilpd: unknown command '%s'\n", cmd);
-        return usage();
-    }
-    log_set_plain(1);
-    if (parse_args(argc, argv, &o)) return 2;
-    if (!strcmp(cmd, "generate")) return cmd_generate(&o);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o);
-    if (!strcmp(cmd, "inspect")) return cmd_inspect(&o);
-    return cmd_logits(&o);
+    fprintf(stderr, "ilpd: unknown command '%s'\n", cmd);
+    return usage_all(0);
 }

@@ -1,19 +1,21 @@
 #!/usr/bin/python3
-"""Draws `ilpd eval --plot`: skip rate against greedy agreement, one point per
-prompt, coloured by prompt class.
+"""Draws what `ilpd eval --json` measured: skip rate against greedy agreement,
+one point per prompt, coloured by prompt class.
 
-Usage: /usr/bin/python3 scripts/plot_eval.py EVAL.json OUT.png
+Usage:
+  ./ilpd eval -m MODEL --data PROMPTS.jsonl --json > EVAL.json
+  /usr/bin/python3 scripts/model/plot_eval.py EVAL.json OUT.png
 """
 import json
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def main(src, dst):
+    import matplotlib  # python3-matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     data = json.load(open(src))
     rows = data["prompts"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -33,4 +35,6 @@ def main(src, dst):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__.strip())
     main(sys.argv[1], sys.argv[2])

@@ -8,8 +8,8 @@
          TinyStories training sample, evaluation from the validation head.
 
 Usage:
-  /usr/bin/python3 scripts/probe_data.py demo OUT_DIR
-  /usr/bin/python3 scripts/probe_data.py stories SHARED_DIR OUT_DIR
+  /usr/bin/python3 scripts/model/probe_data.py demo OUT_DIR
+  /usr/bin/python3 scripts/model/probe_data.py stories SHARED_DIR OUT_DIR
 Each writes OUT_DIR/calibrate.jsonl and OUT_DIR/eval.jsonl with lines
 {"system", "user", "class"} or {"prompt", "class"}.
 """
@@ -30,7 +30,7 @@ def write(path, rows):
 def demo(out):
     cal, ev = [], []
     for task in ("classify", "extract", "yesno", "story"):
-        with open(os.path.join(HERE, "..", "models", "heldout", task + ".jsonl")) as f:
+        with open(os.path.join(HERE, "..", "..", "models", "heldout", task + ".jsonl")) as f:
             rows = [json.loads(line) for line in f if line.strip()]
         for i, r in enumerate(rows):
             item = {"system": r["system"], "user": r["user"], "class": task}

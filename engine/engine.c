@@ -434,7 +434,7 @@ int engine_probe_features(engine *e, const int32_t *tokens, int n, float *featur
     model_state st;
     probe_stats ps;
     char err[256];
-    uint8_t mask[ENGINE_MAX_LAYERS] = {0};
+    uint8_t mask[MASK_MAX_LAYERS] = {0};
     if (n < 1 || n > e->info.n_ctx) return -1;
     kb_error_clear(e->kb);
     for (int l = 0; l < k; l++) mask[l] = 1;
@@ -470,7 +470,7 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
                        const engine_callbacks *cb, float *logits, engine_result *res) {
     const model *m = &e->model;
     int L = m->n_layers, k = e->info.probe_k;
-    uint8_t server[ENGINE_MAX_LAYERS], final[ENGINE_MAX_LAYERS];
+    uint8_t server[MASK_MAX_LAYERS], final[MASK_MAX_LAYERS];
     memset(server, 1, (size_t)L);
     res->hint_status = HINT_ABSENT;
     if (gp->layer_mask) {
@@ -558,7 +558,7 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
         goto error;
     }
     /* While the probe has not decided, only layers 0..k-1 get a KV cache. */
-    uint8_t first[ENGINE_MAX_LAYERS];
+    uint8_t first[MASK_MAX_LAYERS];
     for (int l = 0; l < m->n_layers; l++) first[l] = probing ? l < k : 1;
     if (gp->layer_mask) memcpy(first, gp->layer_mask, (size_t)m->n_layers);
     e->n_requests++;

@@ -19,8 +19,8 @@
 #include <stdint.h>
 
 #include "probe/hint.h"
+#include "probe/mask.h"
 
-#define ENGINE_MAX_LAYERS 256
 
 typedef struct engine engine;
 
@@ -63,7 +63,7 @@ typedef struct {
     long long created_at;      /* model file's mtime, unix seconds */
     int n_layers, n_ctx, n_ctx_train, n_vocab, dim, n_heads, n_kv_heads, head_dim, ffn_dim;
     size_t weight_bytes;       /* bytes of weights held in memory */
-    size_t layer_bytes[ENGINE_MAX_LAYERS]; /* weight bytes of each layer */
+    size_t layer_bytes[MASK_MAX_LAYERS]; /* weight bytes of each layer */
     size_t head_bytes;         /* weight bytes of the output head (read every token) */
     int probe_k;               /* layers that always run before the probe decides */
     int probe_loaded;          /* 1 when a probe matched the model and skipping is on */
@@ -123,7 +123,7 @@ typedef struct {
     int n_prompt, n_generated;
     double ttft_ms, total_ms, prefill_ms;
     size_t kv_bytes;            /* KV cache bytes this request held */
-    uint8_t mask[ENGINE_MAX_LAYERS]; /* the mask used */
+    uint8_t mask[MASK_MAX_LAYERS]; /* the mask used */
     engine_layer_status layer_status;
     hint_status hint_status;
     float probe_confidence;     /* when the probe ran */

@@ -1,5 +1,6 @@
 /* model.c - loading Llama/Qwen2 weights and the masked forward pass. */
 #include "engine/model.h"
+#include "probe/mask.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -178,7 +179,8 @@ static int read_hparams(model *m, loader *ld) {
         arch_int(ld, m->arch, "attention.head_count_kv", m->n_heads, &m->n_kv_heads) ||
         arch_int(ld, m->arch, "context_length", 2048, &m->n_ctx_train))
         return -1;
-    if (m->n_layers > 256) return load_fail(ld, "block_count %d is more than the 256 layers supported", m->n_layers);
+    if (m->n_layers > MASK_MAX_LAYERS)
+        return load_fail(ld, "block_count %d is more than the %d layers supported", m->n_layers, MASK_MAX_LAYERS);
     if (m->dim % m->n_heads) return load_fail(ld, "embedding_length %d is not a multiple of head_count %d", m->dim, m->n_heads);
     if (arch_int(ld, m->arch, "attention.key_length", m->dim / m->n_heads, &m->head_dim)) return -1;
     if (m->n_heads % m->n_kv_heads)

@@ -1,5 +1,6 @@
 /* hint.c - the hint policy (hint.h). */
 #include "probe/hint.h"
+#include "probe/mask.h"
 
 #include <string.h>
 
@@ -21,7 +22,7 @@ hint_status hint_reconcile(const uint8_t *server, const uint8_t *hint, int inval
     int any = 0, superset = 1, differ = 0;
     for (int l = 0; l < n_layers; l++) any |= hint[l];
     if (!any) return HINT_APPLIED;
-    uint8_t wanted[256];
+    uint8_t wanted[MASK_MAX_LAYERS];
     for (int l = 0; l < n_layers; l++) {
         wanted[l] = hint[l] || l < k || l == n_layers - 1;
         if (server[l] && !wanted[l]) superset = 0;

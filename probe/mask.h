@@ -12,6 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The most layers a model may have: masks hold one byte per layer. The one
+ * definition of that limit (the model loader, the engine, the probe file and
+ * the server use it). */
+#define MASK_MAX_LAYERS 256
 #define MASK_WIRE_BYTES 32
 #define MASK_B64_LEN 44
 

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x) /* a number macro as a string literal */
+
 int probe_default_k(int n_layers) {
     int k = (n_layers - 1) / 2;
     if (k > 3) k = 3;
@@ -84,7 +87,7 @@ int probe_load(probe *p, const char *path, char *err, size_t errlen) {
         why = "format must be \"" PROBE_FORMAT "\" (a probe from an older build: calibrate it again)";
         goto fail;
     }
-    if (number(root, "n_layers", 2, PROBE_MAX_LAYERS, &v)) { why = "n_layers must be in 2..256"; goto fail; }
+    if (number(root, "n_layers", 2, MASK_MAX_LAYERS, &v)) { why = "n_layers must be in 2.." STRINGIFY(MASK_MAX_LAYERS); goto fail; }
     p->n_layers = (int)v;
     if (number(root, "k", 1, PROBE_MAX_K, &v) || (int)v >= p->n_layers - 1) { why = "k must be in 1..min(8, n_layers-2)"; goto fail; }
     p->k = (int)v;
@@ -118,7 +121,7 @@ int probe_load(probe *p, const char *path, char *err, size_t errlen) {
     int n = cJSON_IsArray(cands) ? cJSON_GetArraySize(cands) : -1;
     if (n < 0 || n > PROBE_MAX_CANDIDATES || n > p->n_layers - p->k - 1) { why = "candidates must be an array of at most 32 entries (k..n_layers-2)"; goto fail; }
     p->n_cand = n;
-    uint8_t seen[PROBE_MAX_LAYERS] = {0};
+    uint8_t seen[MASK_MAX_LAYERS] = {0};
     for (int j = 0; j < n; j++) {
         const cJSON *c = cJSON_GetArrayItem(cands, j);
         if (number(c, "layer", p->k, p->n_layers - 2, &v) || seen[(int)v]) { why = "each candidate needs a distinct layer in k..n_layers-2"; goto fail; }

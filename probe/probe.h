@@ -24,11 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "probe/mask.h"
 #include "probe/probe_features.h"
 
 #define PROBE_MAX_PARAMS 256
 #define PROBE_MAX_CANDIDATES (PROBE_MAX_PARAMS / (PROBE_N_FEATURES + 1))
-#define PROBE_MAX_LAYERS 256
 #define PROBE_FORMAT "ilpd-probe-2" /* 2: independent per-layer regressions (1 had nested ranks) */
 
 typedef struct {

@@ -86,7 +86,7 @@ static void layer_headers(struct MHD_Response *resp, const uint8_t *mask, const 
 static void default_layer_headers(struct MHD_Response *resp, struct MHD_Connection *c) {
     if (!S->engine) return;
     const engine_info *in = engine_get_info(S->engine);
-    uint8_t full[ENGINE_MAX_LAYERS], wire[MASK_WIRE_BYTES];
+    uint8_t full[MASK_MAX_LAYERS], wire[MASK_WIRE_BYTES];
     memset(full, 1, sizeof full);
     const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
     const char *hs = !hint ? "absent" : mask_decode_b64_for(hint, strlen(hint), in->n_layers, wire) ? "invalid" : "overridden";

@@ -31,14 +31,14 @@ typedef struct job {
     msg_request req;
     int32_t *prompt;
     int n_prompt;
-    uint8_t hint[ENGINE_MAX_LAYERS];
+    uint8_t hint[MASK_MAX_LAYERS];
     int has_hint, hint_invalid;
     char request_id[40], msg_id[40];
 
     int started;                 /* the headers may go */
     job_outcome outcome;         /* JOB_OUTCOME_PENDING until nothing more will come */
     engine_result res;           /* written by the engine; read once the outcome is set */
-    uint8_t mask[ENGINE_MAX_LAYERS]; /* the mask used, copied at start */
+    uint8_t mask[MASK_MAX_LAYERS]; /* the mask used, copied at start */
     engine_layer_status layer_status;
     hint_status hint_outcome;
     char *out;                   /* SSE bytes (stream) or the JSON body (not) */

@@ -347,7 +347,7 @@ int cli_bench(int argc, char **argv) {
     }
     t_load = cli_now_s() - t_load;
     const engine_info *in = engine_get_info(e);
-    uint8_t mask[ENGINE_MAX_LAYERS];
+    uint8_t mask[MASK_MAX_LAYERS];
     memset(mask, 1, sizeof mask);
     if (mask_b64) {
         uint8_t wire[MASK_WIRE_BYTES];

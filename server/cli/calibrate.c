@@ -54,7 +54,7 @@ static const char *class_name(const calib_run *r, int c) {
 /* calib_measure_fn: sample I with the layers REMOVED skipped. */
 static int measure_removed(void *ud, int i, const int *removed, int n_removed, int *agree, int *n_tokens) {
     calib_run *r = ud;
-    uint8_t mask[ENGINE_MAX_LAYERS];
+    uint8_t mask[MASK_MAX_LAYERS];
     measure_mask_full(r->in, mask);
     for (int j = 0; j < n_removed; j++) mask[removed[j]] = 0;
     *n_tokens = r->s[i].n_seq - r->s[i].n_prompt;
@@ -68,7 +68,7 @@ static int score_probe(void *ud, const int *idx, int n, calib_score *sc) {
     memset(sc, 0, sizeof *sc);
     for (int i = 0; i < n; i++) {
         sample *sm = &r->s[idx[i]];
-        uint8_t mask[ENGINE_MAX_LAYERS] = {0};
+        uint8_t mask[MASK_MAX_LAYERS] = {0};
         probe_decision d;
         probe_decide(&r->pr, sm->features, mask, &d);
         int n_ans = sm->n_seq - sm->n_prompt, agree = n_ans;

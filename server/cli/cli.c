@@ -190,7 +190,7 @@ static int cmd_generate(const cli_opts *o) {
     int rc = 1;
     int32_t *tokens = NULL;
     char err[256];
-    uint8_t mask[ENGINE_MAX_LAYERS];
+    uint8_t mask[MASK_MAX_LAYERS];
     int has_mask = cli_mask(o, in->n_layers, mask);
     if (has_mask < 0) goto done;
     int n;
@@ -320,7 +320,7 @@ static int cmd_logits(const cli_opts *o) {
     int32_t *ids = malloc((strlen(o->tokens) / 2 + 2) * sizeof *ids);
     float *logits = NULL;
     FILE *fp = NULL;
-    uint8_t mask[ENGINE_MAX_LAYERS];
+    uint8_t mask[MASK_MAX_LAYERS];
     int has_mask = cli_mask(o, in->n_layers, mask);
     if (!ids || has_mask < 0) goto done;
     for (const char *s = o->tokens; *s;) {

@@ -116,7 +116,7 @@ static int perplexity(engine *e, const char *path, double *ppl_full, double *ppl
     *chunks = 0;
     if (n < 0 || !logits) goto done;
     for (int at = 0; at + 128 <= n && *chunks < 64; at += 128) {
-        uint8_t full[ENGINE_MAX_LAYERS], mask[ENGINE_MAX_LAYERS];
+        uint8_t full[MASK_MAX_LAYERS], mask[MASK_MAX_LAYERS];
         double a, b;
         measure_mask_full(in, full);
         if (engine_probe_mask(e, tok + at, 32, mask, NULL) < 0 || nll(e, tok + at, 128, 32, full, logits, &a) ||
@@ -151,7 +151,7 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
     int n = measure_prompt_tokens(e, spec, &prompt);
     answer full, pa;
     engine_result rf, rp;
-    uint8_t fm[ENGINE_MAX_LAYERS];
+    uint8_t fm[MASK_MAX_LAYERS];
     measure_mask_full(in, fm);
     memset(&full, 0, sizeof full);
     memset(&pa, 0, sizeof pa);
@@ -182,7 +182,7 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
     c->ttft_probe += rp.ttft_ms;
     c->kv_full += (double)rf.kv_bytes;
     c->kv_probe += (double)rp.kv_bytes;
-    char ms[ENGINE_MAX_LAYERS + 1];
+    char ms[MASK_MAX_LAYERS + 1];
     mask_string(rp.mask, in->n_layers, ms);
     cJSON *r = cJSON_CreateObject();
     if (r) {

@@ -100,7 +100,7 @@ int measure_sample_take(engine *e, const prompt_spec *spec, int n_gen, sample *s
     if (!sm->seq) goto fail;
     memcpy(sm->seq, prompt, (size_t)n * sizeof *prompt);
     id_list ids = {sm->seq + n, 0, n_gen};
-    uint8_t full[ENGINE_MAX_LAYERS];
+    uint8_t full[MASK_MAX_LAYERS];
     memset(full, 1, sizeof full);
     engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = full};
     engine_callbacks cb = {.on_token = measure_id_collect, .ud = &ids};
@@ -149,7 +149,7 @@ int measure_agreement(engine *e, const sample *sm, const uint8_t *mask, float *l
 }
 
 void measure_mask_full(const engine_info *in, uint8_t *mask) {
-    memset(mask, 0, ENGINE_MAX_LAYERS);
+    memset(mask, 0, MASK_MAX_LAYERS);
     memset(mask, 1, (size_t)in->n_layers);
 }
 

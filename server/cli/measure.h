@@ -77,7 +77,7 @@ void measure_sample_free(sample *sm);
  * the logits of every position (n_ctx x n_vocab). Returns 0 or -1. */
 int measure_agreement(engine *e, const sample *sm, const uint8_t *mask, float *logits, int *agree);
 
-/* MASK (ENGINE_MAX_LAYERS bytes) gets 1 for every layer of the model. */
+/* MASK (MASK_MAX_LAYERS bytes) gets 1 for every layer of the model. */
 void measure_mask_full(const engine_info *in, uint8_t *mask);
 
 #endif

@@ -11,7 +11,6 @@
 #include "probe/hint.h"
 #include "probe/mask.h"
 
-#define MAX_LAYERS 256
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 3) return 0;
@@ -30,12 +29,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             __builtin_trap();
         if (!valid) __builtin_trap(); /* all 32 bytes 0/1 implies the used ones are */
     }
-    uint8_t server[MAX_LAYERS], hint[MAX_LAYERS], final[MAX_LAYERS], rewire[MASK_WIRE_BYTES];
+    uint8_t server[MASK_MAX_LAYERS], hint[MASK_MAX_LAYERS], final[MASK_MAX_LAYERS], rewire[MASK_WIRE_BYTES];
     for (int i = 0; i < n_layers; i++) server[i] = (uint8_t)(i < k || i == n_layers - 1 || (data[2] >> (i % 8)) & 1);
     if (valid) {
         mask_from_wire(wire, n_layers, hint);
         /* per-layer -> wire -> per-layer is the identity on what the wire says */
-        uint8_t hint2[MAX_LAYERS];
+        uint8_t hint2[MASK_MAX_LAYERS];
         mask_to_wire(hint, n_layers, rewire);
         mask_from_wire(rewire, n_layers, hint2);
         if (memcmp(hint, hint2, (size_t)n_layers)) __builtin_trap();

@@ -54,8 +54,12 @@ static void token_text_copy(const tok_vocab *v, int32_t id, char *buf, size_t n)
     buf[len] = 0;
 }
 
+/* The backends' warnings, as log lines. */
+static void backend_warning(const char *event, const char *msg) { log_msg(LOG_WARN, event, "%s", msg); }
+
 static kb_backend *backend_create(const engine_params *p, char *err, size_t errlen) {
     char cuda_err[256] = "";
+    kb_set_logger(backend_warning);
     if (p->device != ENGINE_DEVICE_CPU) {
         kb_backend *kb = kb_cuda_create(0, cuda_err, sizeof cuda_err);
         if (kb) {

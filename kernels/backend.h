@@ -22,8 +22,10 @@
  * and once per token, and turns a failure into an error for the request.
  * Scratch memory is allocated by reserve() only: no operation allocates.
  *
- * Kernels log nothing themselves: what they have to say goes into the error
- * state (or, for debugging aids, to stderr).
+ * Kernels write no log lines themselves: a failure goes into the error
+ * state, a warning (a slower path taken) to the logger the program installs
+ * with kb_set_logger (debugging aids such as ILPD_CPU_PROFILE print to
+ * stderr).
  */
 #ifndef ILPD_BACKEND_H
 #define ILPD_BACKEND_H
@@ -119,6 +121,12 @@ kb_backend *kb_cuda_create(int dev, char *err, size_t errlen);
 
 /* Bytes of one KV cache layer of this shape and type. */
 size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
+
+/* Installs FN as the receiver of the backends' warnings (EVENT: a short
+ * name, MSG: one line); NULL (the default) drops them. */
+void kb_set_logger(void (*fn)(const char *event, const char *msg));
+/* Sends a warning to the installed logger. */
+void kb_warn(const char *event, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Records a failure of KB ("what: why"), unless one is already recorded. */
 void kb_fail(kb_backend *kb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -8,6 +8,20 @@ size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim) {
     return (size_t)n_ctx * (size_t)kv_dim * (t == KB_KV_F16 ? 2 : 4);
 }
 
+static void (*logger)(const char *event, const char *msg);
+
+void kb_set_logger(void (*fn)(const char *event, const char *msg)) { logger = fn; }
+
+void kb_warn(const char *event, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    if (!logger) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    logger(event, msg);
+}
+
 void kb_fail(kb_backend *kb, const char *fmt, ...) {
     if (kb->error[0]) return;
     va_list ap;

@@ -565,7 +565,7 @@ static int blas_hgemm(cu_impl *c, int m, int n, int k, const uint16_t *a, int ld
                                     CUDA_R_16F, ldb, &zero, cc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
         static int warned;
-        if (!warned++) fprintf(stderr, "ilpd: cuda backend: cublasGemmEx: %s; using the own kernels\n", blas_str(s));
+        if (!warned++) kb_warn("cuda", "cublasGemmEx: %s; using the own kernels", blas_str(s));
         return -1;
     }
     rt_after(c, "cublasGemmEx");

@@ -294,174 +294,200 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
     return 0;
 }
 
-int cli_bench(int argc, char **argv) {
-    const char *model = NULL, *mask_b64 = NULL;
-    int n_threads = 0, n_prompt = 128, n_gen = 128, json = 0, kv_f16 = 0, reps = 1;
+typedef struct {
+    const char *model, *mask_b64;
+    int n_threads, n_prompt, n_gen, json, kv_f16, reps;
+} bench_opts;
+
+/* Parses the options of `ilpd bench` into O. Returns -1 to go on, or the
+ * exit status (0 after --help, 2 for a usage error). */
+static int bench_parse(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){.n_prompt = 128, .n_gen = 128, .reps = 1};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(a)) {
             return cli_usage_print(cli_bench_usage, 1);
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!v) return usage();
-            model = v;
+            o->model = v;
             i++;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (parse_int(a, v, 0, 1024, &n_threads)) return 2;
+            if (parse_int(a, v, 0, 1024, &o->n_threads)) return 2;
             i++;
         } else if (!strcmp(a, "-p")) {
-            if (parse_int(a, v, 1, 1 << 20, &n_prompt)) return 2;
+            if (parse_int(a, v, 1, 1 << 20, &o->n_prompt)) return 2;
             i++;
         } else if (!strcmp(a, "-n")) {
-            if (parse_int(a, v, 1, 1 << 20, &n_gen)) return 2;
+            if (parse_int(a, v, 1, 1 << 20, &o->n_gen)) return 2;
             i++;
         } else if (!strcmp(a, "--reps")) {
-            if (parse_int(a, v, 1, 100, &reps)) return 2;
+            if (parse_int(a, v, 1, 100, &o->reps)) return 2;
             i++;
         } else if (!strcmp(a, "--layer-mask")) {
             if (!v) return usage();
-            mask_b64 = v;
+            o->mask_b64 = v;
             i++;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--kv-f16")) {
-            kv_f16 = 1;
+            o->kv_f16 = 1;
         } else {
             fprintf(stderr, "ilpd bench: unknown argument '%s'\n", a);
             return usage();
         }
     }
-    if (!model) return usage();
-    log_set_plain(1);
-    if (n_threads <= 0) {
+    if (!o->model) return usage();
+    if (o->n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
+        o->n_threads = n > 0 ? (int)n : 1;
     }
+    return -1;
+}
+
+/* What one bench run measured, and the shape it needs to report it. */
+typedef struct {
+    char name[256];
+    int n_layers, computed, n_generated, quant;
+    size_t wbytes, wbytes_full, head_bytes, kv_bytes, peak_rss, rss;
+    double layer_params, params, t_load, best_pp, best_tg, best_ttft;
+} bench_result;
+
+/* Fills MASK (per layer) from the --layer-mask option, or all ones. 0 or -1. */
+static int bench_mask(const bench_opts *o, int n_layers, uint8_t *mask) {
+    memset(mask, 1, MASK_MAX_LAYERS);
+    if (!o->mask_b64) return 0;
+    uint8_t wire[MASK_WIRE_BYTES];
+    if (mask_decode_b64_for(o->mask_b64, strlen(o->mask_b64), n_layers, wire)) return -1;
+    mask_from_wire(wire, n_layers, mask);
+    return 0;
+}
+
+/* Loads the model, runs a warm-up and o->reps measured requests of
+ * n_prompt random tokens and n_gen generated ones, and fills R (the best
+ * run counts). Returns 0, or the exit status after printing why. */
+static int bench_run(const bench_opts *o, bench_result *r) {
     char err[512];
-    engine_params ep = {.model_path = model, .n_ctx = n_prompt + n_gen, .n_threads = n_threads,
-                        .device = ENGINE_DEVICE_CPU, .kv_f16 = kv_f16};
-    double t_load = cli_now_s();
+    engine_params ep = {.model_path = o->model, .n_ctx = o->n_prompt + o->n_gen, .n_threads = o->n_threads,
+                        .device = ENGINE_DEVICE_CPU, .kv_f16 = o->kv_f16};
+    memset(r, 0, sizeof *r);
+    r->t_load = cli_now_s();
     engine *e = engine_open(&ep, err, sizeof err);
     if (!e) {
         fprintf(stderr, "ilpd bench: %s\n", err);
         return 1;
     }
-    t_load = cli_now_s() - t_load;
+    r->t_load = cli_now_s() - r->t_load;
     const engine_info *in = engine_get_info(e);
     uint8_t mask[MASK_MAX_LAYERS];
-    memset(mask, 1, sizeof mask);
-    if (mask_b64) {
-        uint8_t wire[MASK_WIRE_BYTES];
-        if (mask_decode_b64_for(mask_b64, strlen(mask_b64), in->n_layers, wire)) {
-            fprintf(stderr, "ilpd bench: --layer-mask must be the base64 of %d bytes of 0/1\n", MASK_WIRE_BYTES);
-            engine_close(e);
-            return 2;
-        }
-        mask_from_wire(wire, in->n_layers, mask);
+    int rc = 1;
+    int32_t *prompt = NULL;
+    if (bench_mask(o, in->n_layers, mask)) {
+        fprintf(stderr, "ilpd bench: --layer-mask must be the base64 of %d bytes of 0/1\n", MASK_WIRE_BYTES);
+        rc = 2;
+        goto done;
     }
-    int computed = 0;
-    size_t wbytes = in->head_bytes, wbytes_full = in->head_bytes;
+    r->wbytes = r->wbytes_full = r->head_bytes = in->head_bytes;
     for (int l = 0; l < in->n_layers; l++) {
-        wbytes_full += in->layer_bytes[l];
+        r->wbytes_full += in->layer_bytes[l];
         if (mask[l]) {
-            computed++;
-            wbytes += in->layer_bytes[l];
+            r->computed++;
+            r->wbytes += in->layer_bytes[l];
         }
     }
     /* parameters per token (multiply-adds) of the computed layers and the head */
     double q_dim = (double)in->n_heads * in->head_dim, kv_dim = (double)in->n_kv_heads * in->head_dim;
-    double layer_params = in->dim * q_dim * 2 + in->dim * kv_dim * 2 + 3.0 * in->dim * in->ffn_dim;
-    double params = layer_params * computed + (double)in->n_vocab * in->dim;
-
-    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    r->layer_params = in->dim * q_dim * 2 + in->dim * kv_dim * 2 + 3.0 * in->dim * in->ffn_dim;
+    r->params = r->layer_params * r->computed + (double)in->n_vocab * in->dim;
+    prompt = malloc((size_t)o->n_prompt * sizeof *prompt);
     if (!prompt) {
-        engine_close(e);
-        return 1;
+        fprintf(stderr, "ilpd bench: out of memory\n");
+        goto done;
     }
     uint64_t rng = 0x9E3779B97F4A7C15ull;
-    for (int i = 0; i < n_prompt; i++) {
+    for (int i = 0; i < o->n_prompt; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         int lo = in->n_vocab > 16 ? 3 : 0;
         prompt[i] = lo + (int32_t)((rng >> 33) % (uint64_t)(in->n_vocab - lo));
     }
-    engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = mask, .ignore_eos = 1};
+    engine_gen_params gp = {.max_tokens = o->n_gen, .temperature = 0, .top_p = 1, .layer_mask = mask, .ignore_eos = 1};
     engine_callbacks cb = {0};
     engine_result res;
     /* warm-up: a short request */
     engine_gen_params wp = gp;
     wp.max_tokens = 2;
-    engine_generate(e, prompt, n_prompt < 16 ? n_prompt : 16, &wp, &cb, &res);
+    engine_generate(e, prompt, o->n_prompt < 16 ? o->n_prompt : 16, &wp, &cb, &res);
+    r->best_ttft = 1e30;
+    for (int rep = 0; res.reason != ENGINE_STOP_ERROR && rep < o->reps; rep++) {
+        engine_generate(e, prompt, o->n_prompt, &gp, &cb, &res);
+        double pp = o->n_prompt / (res.prefill_ms / 1e3);
+        double tg = res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0;
+        if (pp > r->best_pp) r->best_pp = pp;
+        if (tg > r->best_tg) r->best_tg = tg;
+        if (res.ttft_ms < r->best_ttft) r->best_ttft = res.ttft_ms;
+        r->kv_bytes = res.kv_bytes;
+        r->n_generated = res.n_generated;
+    }
     if (res.reason == ENGINE_STOP_ERROR) {
         fprintf(stderr, "ilpd bench: %s\n", res.error);
-        free(prompt);
-        engine_close(e);
-        return 1;
+        goto done;
     }
-    double best_pp = 0, best_tg = 0, best_ttft = 1e30;
-    size_t kv_bytes = 0;
-    int n_generated = 0;
-    for (int r = 0; r < reps; r++) {
-        engine_generate(e, prompt, n_prompt, &gp, &cb, &res);
-        if (res.reason == ENGINE_STOP_ERROR) {
-            fprintf(stderr, "ilpd bench: %s\n", res.error);
-            free(prompt);
-            engine_close(e);
-            return 1;
-        }
-        double pp = n_prompt / (res.prefill_ms / 1e3);
-        double tg = res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0;
-        if (pp > best_pp) best_pp = pp;
-        if (tg > best_tg) best_tg = tg;
-        if (res.ttft_ms < best_ttft) best_ttft = res.ttft_ms;
-        kv_bytes = res.kv_bytes;
-        n_generated = res.n_generated;
-    }
-    free(prompt);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    size_t peak_rss = (size_t)ru.ru_maxrss * 1024, rss = current_rss();
-    /* what the report needs from the engine, kept past engine_close */
-    char name[256];
-    snprintf(name, sizeof name, "%s", in->name);
-    size_t head_bytes = in->head_bytes;
-    int n_layers = in->n_layers;
+    r->peak_rss = (size_t)ru.ru_maxrss * 1024;
+    r->rss = current_rss();
+    snprintf(r->name, sizeof r->name, "%s", in->name);
+    r->n_layers = in->n_layers;
+    /* quantized when the layers hold fewer than 2 bytes per parameter */
+    r->quant = (double)(r->wbytes - r->head_bytes) / (r->layer_params * (r->computed ? r->computed : 1)) < 1.9;
+    rc = 0;
+done:
+    free(prompt);
     engine_close(e);
-    in = NULL;
+    return rc;
+}
 
-    /* machine limits, measured after the model is gone (and so out of the peak RSS) */
-    double bw = measure_bandwidth(n_threads, 5);
-    double flops = measure_peak(1, n_threads), iops = measure_peak(2, n_threads);
-    double roof_tg = bw > 0 ? bw / (double)wbytes : 0;
-    int quant = 0;
-    {
-        /* quantized when the layers hold fewer than 2 bytes per parameter */
-        double bpp = (double)(wbytes - head_bytes) / (layer_params * (computed ? computed : 1));
-        quant = bpp < 1.9;
-    }
-    double peak = quant ? iops : flops;
-    double roof_pp = peak > 0 ? peak / (2 * params) : 0;
-    if (json) {
+/* Prints R against the machine's limits, measured now (the model is gone,
+ * and so out of the peak RSS): a table, or one JSON line with --json. */
+static void bench_report(const bench_opts *o, const bench_result *r) {
+    double bw = measure_bandwidth(o->n_threads, 5);
+    double flops = measure_peak(1, o->n_threads), iops = measure_peak(2, o->n_threads);
+    double roof_tg = bw > 0 ? bw / (double)r->wbytes : 0;
+    double peak = r->quant ? iops : flops;
+    double roof_pp = peak > 0 ? peak / (2 * r->params) : 0;
+    if (o->json) {
         printf("{\"model\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"n_generated\":%d,\"layers\":%d,"
                "\"layers_computed\":%d,\"pp_tok_s\":%.3f,\"tg_tok_s\":%.3f,\"ttft_ms\":%.3f,\"peak_rss_bytes\":%zu,"
                "\"rss_bytes\":%zu,\"kv_bytes\":%zu,\"weight_bytes_per_token\":%zu,\"weight_bytes_per_token_full\":%zu,"
                "\"bandwidth_gbs\":%.3f,\"tg_roofline_tok_s\":%.3f,\"tg_roofline_ratio\":%.4f,\"peak_gflops\":%.1f,"
                "\"peak_int8_gops\":%.1f,\"pp_roofline_tok_s\":%.3f,\"pp_roofline_ratio\":%.4f,\"load_s\":%.3f}\n",
-               name, n_threads, n_prompt, n_gen, n_generated, n_layers, computed, best_pp, best_tg, best_ttft,
-               peak_rss, rss, kv_bytes, wbytes, wbytes_full, bw / 1e9, roof_tg, roof_tg > 0 ? best_tg / roof_tg : 0,
-               flops / 1e9, iops / 1e9, roof_pp, roof_pp > 0 ? best_pp / roof_pp : 0, t_load);
-    } else {
-        printf("model            %s (%d layers, %d computed)\n", model, n_layers, computed);
-        printf("threads          %d\n", n_threads);
-        printf("prompt           %d tokens: %.2f tok/s (roofline %.1f tok/s at %.0f G%s/s: %.0f%%)\n", n_prompt,
-               best_pp, roof_pp, peak / 1e9, quant ? "op(int8)" : "flop", roof_pp > 0 ? 100 * best_pp / roof_pp : 0);
-        printf("generation       %d tokens: %.2f tok/s (roofline %.2f tok/s: %.0f%%)\n", n_generated, best_tg, roof_tg,
-               roof_tg > 0 ? 100 * best_tg / roof_tg : 0);
-        printf("time to first    %.1f ms\n", best_ttft);
-        printf("weights/token    %.1f MB (full depth %.1f MB)\n", wbytes / 1e6, wbytes_full / 1e6);
-        printf("read bandwidth   %.2f GB/s (%d threads)\n", bw / 1e9, n_threads);
-        printf("peak compute     %.1f GFLOP/s (FMA), %.1f GOP/s (int8)\n", flops / 1e9, iops / 1e9);
-        printf("peak RSS         %.1f MB (now %.1f MB)\n", peak_rss / 1e6, rss / 1e6);
-        printf("KV cache         %zu bytes\n", kv_bytes);
-        printf("load             %.2f s\n", t_load);
+               r->name, o->n_threads, o->n_prompt, o->n_gen, r->n_generated, r->n_layers, r->computed, r->best_pp,
+               r->best_tg, r->best_ttft, r->peak_rss, r->rss, r->kv_bytes, r->wbytes, r->wbytes_full, bw / 1e9, roof_tg,
+               roof_tg > 0 ? r->best_tg / roof_tg : 0, flops / 1e9, iops / 1e9, roof_pp,
+               roof_pp > 0 ? r->best_pp / roof_pp : 0, r->t_load);
+        return;
     }
-    return 0;
+    printf("model            %s (%d layers, %d computed)\n", o->model, r->n_layers, r->computed);
+    printf("threads          %d\n", o->n_threads);
+    printf("prompt           %d tokens: %.2f tok/s (roofline %.1f tok/s at %.0f G%s/s: %.0f%%)\n", o->n_prompt,
+           r->best_pp, roof_pp, peak / 1e9, r->quant ? "op(int8)" : "flop", roof_pp > 0 ? 100 * r->best_pp / roof_pp : 0);
+    printf("generation       %d tokens: %.2f tok/s (roofline %.2f tok/s: %.0f%%)\n", r->n_generated, r->best_tg, roof_tg,
+           roof_tg > 0 ? 100 * r->best_tg / roof_tg : 0);
+    printf("time to first    %.1f ms\n", r->best_ttft);
+    printf("weights/token    %.1f MB (full depth %.1f MB)\n", r->wbytes / 1e6, r->wbytes_full / 1e6);
+    printf("read bandwidth   %.2f GB/s (%d threads)\n", bw / 1e9, o->n_threads);
+    printf("peak compute     %.1f GFLOP/s (FMA), %.1f GOP/s (int8)\n", flops / 1e9, iops / 1e9);
+    printf("peak RSS         %.1f MB (now %.1f MB)\n", r->peak_rss / 1e6, r->rss / 1e6);
+    printf("KV cache         %zu bytes\n", r->kv_bytes);
+    printf("load             %.2f s\n", r->t_load);
+}
+
+int cli_bench(int argc, char **argv) {
+    bench_opts o;
+    bench_result r;
+    int rc = bench_parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    log_set_plain(1);
+    rc = bench_run(&o, &r);
+    if (rc == 0) bench_report(&o, &r);
+    return rc;
 }

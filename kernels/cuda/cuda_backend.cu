@@ -765,7 +765,6 @@ static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
         rt_sync(c);
         free(c->inv_host);
         rt_free(c, c->inv_dev);
-        free(c->inv_host);
         c->inv_host = host;
         c->inv_dev = dev;
         c->inv_cap = half;
@@ -1042,6 +1041,7 @@ static void cu_destroy(kb_backend *kb) {
         cu_buf *bufs[] = {&c->act, &c->x16, &c->w16, &c->part, &c->ids};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rt_free(c, bufs[i]->p);
         rt_free(c, c->inv_dev);
+        free(c->inv_host);
 #ifndef ILPD_CUDA_EMU
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);

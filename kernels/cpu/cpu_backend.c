@@ -38,7 +38,8 @@ typedef struct {
     tp_pool *pool;
     int n_threads;
     const cpu_kern *k;
-    float **scratch;      /* one buffer per thread: a dequantized row, or attention scores */
+    float **scratch;      /* one buffer per thread: a dequantized row, a prefill matmul's transposed
+                             activation (CPU_MM_TMP_FLOATS), or attention scores */
     size_t scratch_len;   /* floats in each */
     void *act_mem;        /* the quantized activation of the current matmul */
     size_t act_bytes;
@@ -122,14 +123,16 @@ static int scratch_replace(kb_backend *kb, void **p, size_t bytes) {
 }
 
 /* Grows every scratch buffer to what requests of shape S need: per thread a
- * dequantized row (max_width) or the attention scores of one KV head's query
- * group (n_ctx * group); the quantized activation of max_rows rows; RoPE's
- * cos/sin of one position. */
+ * dequantized row (max_width), a float prefill matmul's transposed
+ * activation (more than 4 rows), or the attention scores of one KV head's
+ * query group (n_ctx * group); the quantized activation of max_rows rows;
+ * RoPE's cos/sin of one position. */
 static int cpu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     cpu_impl *c = impl_of(kb);
     int group = s->attn ? s->attn->n_heads / s->attn->n_kv_heads : 1;
     size_t need = (size_t)s->n_ctx * (size_t)group;
     if (need < (size_t)s->max_width) need = (size_t)s->max_width;
+    if (s->max_rows >= 4 && need < CPU_MM_TMP_FLOATS(s->max_width)) need = CPU_MM_TMP_FLOATS(s->max_width);
     for (int i = 0; need > c->scratch_len && i < c->n_threads; i++)
         if (scratch_replace(kb, (void **)&c->scratch[i], need * sizeof(float))) goto oom;
     if (need > c->scratch_len) c->scratch_len = need;
@@ -260,8 +263,9 @@ static void matmul_items(void *ctx, size_t b, size_t e, int ith) {
     int rows = w->rows, cols = w->cols;
     if (j->fmm) {
         int r0 = (int)b * 4, r1 = (int)e * 4 < rows ? (int)e * 4 : rows;
+        float *tmp = j->c->scratch_len >= CPU_MM_TMP_FLOATS(cols) ? j->c->scratch[ith] : NULL;
         j->fmm((const uint8_t *)w->host + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->x, cols, j->n, cols,
-               j->out + r0, rows);
+               j->out + r0, rows, tmp);
         return;
     }
     if ((int)b < j->ng) {
@@ -284,7 +288,7 @@ static void matmul_items(void *ctx, size_t b, size_t e, int ith) {
         int r = (int)(it - (size_t)j->ng) + j->ng * RP_ROWS;
         quant_dequantize_row(w->type, weight_row(w, r), row, cols);
         if (!j->a.qs) {
-            j->c->k->mm_f32(row, 0, 1, j->x, cols, j->n, cols, j->out + r, rows);
+            j->c->k->mm_f32(row, 0, 1, j->x, cols, j->n, cols, j->out + r, rows, NULL);
             continue;
         }
         for (int t = 0; t < j->n; t++)

@@ -55,9 +55,12 @@ typedef struct {
 } act_q8;
 
 /* out[t*ldo + r] = sum_k W[r][k] * x[t*ldx + k] for r < rows, t < n, with W
- * row-major in its file type (F32, F16 or BF16), ROW_BYTES apart. Any cols. */
+ * row-major in its file type (F32, F16 or BF16), ROW_BYTES apart. Any cols.
+ * TMP: CPU_MM_TMP_FLOATS(cols) floats of the calling thread's scratch (a
+ * prefill kernel may keep the activation transposed there), or NULL. */
 typedef void (*mm_float_fn)(const void *w, size_t row_bytes, int rows, const float *x, int ldx, int n, int cols,
-                            float *out, int ldo);
+                            float *out, int ldo, float *tmp);
+#define CPU_MM_TMP_FLOATS(cols) (((size_t)(cols) + 64) * 64)
 /* The same for NG repacked groups of 16 rows (GROUP_BYTES apart) against a
  * quantized activation of n tokens: out[t*ldo + 16*g + i]. */
 typedef void (*mm_rp_fn)(const uint8_t *w, size_t group_bytes, int ng, const act_q8 *a, int n, float *out,

@@ -105,15 +105,18 @@ static AI T256 void mm_float(int wt, const void *wv, size_t rb, int rows, const 
 }
 
 static T256 void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
-                        int ldo) {
+                        int ldo, float *tmp) {
+    (void)tmp; /* no prefill kernel that keeps a transposed activation */
     mm_float(W_F32, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 static T256 void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
-                        int ldo) {
+                        int ldo, float *tmp) {
+    (void)tmp; /* no prefill kernel that keeps a transposed activation */
     mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 static T256 void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
-                         int ldo) {
+                         int ldo, float *tmp) {
+    (void)tmp; /* no prefill kernel that keeps a transposed activation */
     mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 

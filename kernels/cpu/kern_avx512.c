@@ -82,6 +82,7 @@ static AI T512 float row_dot(int wt, const uint8_t *w, const float *x, int cols)
  * tile's sums live in ACC (rows x padded tokens) between blocks. */
 #define KB 128 /* k per block: the XT block must fit in L1 beside the panel */
 #define SG 64  /* rows whose sums stay in ACC while one XT block is hot */
+_Static_assert(CPU_MM_TMP_FLOATS(0) == (size_t)SG * 64, "the transposed activation and ACC fit the matmul scratch");
 
 static AI T512 void otile(int R, int NV, const float *P, const float *xt, int ldt, int kb, float *acc, int first) {
     __m512 c[8][4];
@@ -186,19 +187,15 @@ static AI T512 void mm_float_outer(int wt, const uint8_t *w, size_t rb, int rows
 
 /* Rows in tiles of 4 (then 1), tokens in tiles of 4 (then what is left). */
 static AI T512 void mm_float(int wt, const void *wv, size_t rb, int rows, const float *x, int ldx, int n, int cols,
-                             float *out, int ldo) {
+                             float *out, int ldo, float *xt) {
     const uint8_t *w = wv;
     int r = 0;
-    if (n >= 4 && rows >= 4) {
+    if (n >= 4 && rows >= 4 && xt) { /* xt: CPU_MM_TMP_FLOATS(cols) >= (cols + SG) * ldt floats */
         size_t ldt = (size_t)(n < 64 ? n + 15 : 64) / 16 * 16;
-        float *xt = aligned_alloc(64, ((size_t)cols + SG) * ldt * sizeof(float));
-        if (xt) {
-            r = rows / 4 * 4;
-            for (int t = 0; t < n; t += 64)
-                mm_float_outer(wt, w, rb, r, x + (size_t)t * ldx, ldx, n - t < 64 ? n - t : 64, cols,
-                               out + (size_t)t * ldo, ldo, xt, xt + (size_t)cols * ldt);
-            free(xt);
-        }
+        r = rows / 4 * 4;
+        for (int t = 0; t < n; t += 64)
+            mm_float_outer(wt, w, rb, r, x + (size_t)t * ldx, ldx, n - t < 64 ? n - t : 64, cols,
+                           out + (size_t)t * ldo, ldo, xt, xt + (size_t)cols * ldt);
     }
     if (n == 1) { /* decode: one row at a time, one sequential memory stream, 4 chains */
         for (; r < rows; r++) out[r] = row_dot(wt, w + (size_t)r * rb, x, cols);
@@ -224,16 +221,16 @@ static AI T512 void mm_float(int wt, const void *wv, size_t rb, int rows, const 
 }
 
 static T512 void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
-                        int ldo) {
-    mm_float(W_F32, w, rb, rows, x, ldx, n, cols, out, ldo);
+                        int ldo, float *tmp) {
+    mm_float(W_F32, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
 static T512 void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
-                        int ldo) {
-    mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo);
+                        int ldo, float *tmp) {
+    mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
 static T512 void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
-                         int ldo) {
-    mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
+                         int ldo, float *tmp) {
+    mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
 
 /* ---- quantized weights, repacked in groups of 16 rows ---- */

@@ -26,13 +26,19 @@ static void mm_float(ggml_type t, const void *w, size_t row_bytes, int rows, con
     }
 }
 
-static void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo) {
+static void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo,
+                   float *tmp) {
+    (void)tmp;
     mm_float(GGML_TYPE_F32, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
-static void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo) {
+static void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo,
+                   float *tmp) {
+    (void)tmp;
     mm_float(GGML_TYPE_F16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
-static void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo) {
+static void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out, int ldo,
+                   float *tmp) {
+    (void)tmp;
     mm_float(GGML_TYPE_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 

@@ -80,7 +80,9 @@ static void test_float_mm(const isa *I) {
     static const int widths[] = {1, 5, 16, 17, 33, 64, 172, 255, 1100}; /* 1100: several k-blocks and a tail */
     static const int tokens[] = {1, 2, 3, 4, 5, 9, 16, 17, 40, 64, 100}; /* prefill tiles of 16 tokens, 64 per pass */
     ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
-    for (int ti = 0; ti < 3; ti++) {
+    float *tmp = aligned_alloc(64, CPU_MM_TMP_FLOATS(1100) * sizeof(float));
+    CHECK(tmp != NULL, "%s: the matmul scratch", I->name);
+    for (int ti = 0; tmp && ti < 3; ti++) {
         ggml_type t = types[ti];
         mm_float_fn fn = t == GGML_TYPE_F32 ? I->k->mm_f32 : t == GGML_TYPE_F16 ? I->k->mm_f16 : I->k->mm_bf16;
         double worst = 0;
@@ -92,13 +94,16 @@ static void test_float_mm(const isa *I) {
                 float *row = malloc(sizeof(float) * cols);
                 for (int i = 0; i < cols * n; i++) x[i] = frand();
                 size_t rb = ggml_row_bytes(t, (uint64_t)cols);
-                fn(w, rb, rows, x, cols, n, cols, out, rows);
-                for (int r = 0; r < rows; r++) {
-                    quant_dequantize_row(t, w + r * rb, row, cols);
-                    for (int j = 0; j < n; j++) {
-                        double mag, want = ref_dot(row, x + (size_t)j * cols, cols, &mag);
-                        double err = fabs(out[j * rows + r] - want) / (mag + 1e-30);
-                        if (err > worst) worst = err;
+                /* with the prefill scratch (the transposed-activation kernel) and without (register tiles) */
+                for (int with_tmp = 0; with_tmp < 2; with_tmp++) {
+                    fn(w, rb, rows, x, cols, n, cols, out, rows, with_tmp ? tmp : NULL);
+                    for (int r = 0; r < rows; r++) {
+                        quant_dequantize_row(t, w + r * rb, row, cols);
+                        for (int j = 0; j < n; j++) {
+                            double mag, want = ref_dot(row, x + (size_t)j * cols, cols, &mag);
+                            double err = fabs(out[j * rows + r] - want) / (mag + 1e-30);
+                            if (err > worst) worst = err;
+                        }
                     }
                 }
                 free(w);
@@ -109,6 +114,7 @@ static void test_float_mm(const isa *I) {
         CHECK(worst < 1e-5, "%s: %s matmul, widths 1..1100, 1..100 tokens (worst relative error %.2g)", I->name,
               ggml_type_name(t), worst);
     }
+    free(tmp);
 }
 
 /* The activation as the quantized kernels see it: q * d. */

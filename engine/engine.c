@@ -138,6 +138,20 @@ static void probe_find(engine *e, const engine_params *p) {
     if (!e->probe_loaded) log_msg(LOG_INFO, "probe_none", "no probe in %s matches this model: layer skipping off", p->probe_dir);
 }
 
+/* The context: the one asked for, else the model's trained one, capped so
+ * that a request's KV cache over all layers fits the budget. */
+static int context_size(const engine_params *p, const model *m, kb_kv_type kv_type) {
+    int n = p->n_ctx > 0 ? p->n_ctx : m->n_ctx_train;
+    size_t per_position = (size_t)m->n_layers * 2 * kb_kv_bytes(kv_type, 1, m->kv_dim);
+    if (p->kv_budget && per_position && p->kv_budget / per_position < (size_t)n) {
+        int cap = (int)(p->kv_budget / per_position);
+        log_msg(LOG_INFO, "context", "context of %d tokens capped to %d by the KV budget of %zu MiB", n, cap < 2 ? 2 : cap,
+                p->kv_budget >> 20);
+        n = cap < 2 ? 2 : cap;
+    }
+    return n;
+}
+
 engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -202,7 +216,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->created_at = stat(p->model_path, &st) == 0 ? (long long)st.st_mtime : 0;
     in->n_layers = m->n_layers;
     in->n_ctx_train = m->n_ctx_train;
-    in->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->n_ctx_train;
+    in->n_ctx = context_size(p, m, e->kv_type);
     in->n_vocab = m->n_vocab;
     in->dim = m->dim;
     in->n_heads = m->n_heads;

@@ -29,6 +29,7 @@ typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engin
 typedef struct {
     const char *model_path;
     int n_ctx;                 /* 0: the model's context length */
+    size_t kv_budget;          /* bytes one request's whole KV cache may take: caps n_ctx (0: no cap) */
     int n_threads;             /* 0: the number of online cores */
     engine_device device;
     const char *chat_template; /* family name overriding the model's, or NULL */

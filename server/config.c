@@ -15,7 +15,8 @@ void cfg_defaults(cfg *c) {
     c->probe_dir = strdup("config/probes");
     c->log_level = strdup("info");
     c->port = 8080;
-    c->queue = 8;
+    c->queue = 32;
+    c->kv_budget_mb = 4096;
     c->layer_skip = 1;
     c->json_depth = 64;
     c->max_body_bytes = 32u << 20;
@@ -41,11 +42,11 @@ void cfg_free(cfg *c) {
 void cfg_usage(void) {
     fprintf(stderr,
             "usage: ilpd serve -m MODEL [--host 127.0.0.1] [--port 8080] [-c CTX] [-t THREADS] [--config FILE]\n"
-            "                  [--api-key KEY]... [--api-key-sha256 HEX]... [--device auto|cpu|cuda] [--queue 8]\n"
+            "                  [--api-key KEY]... [--api-key-sha256 HEX]... [--device auto|cpu|cuda] [--queue 32]\n"
             "                  [--strict-model] [--chat-template NAME] [--max-body-bytes N] [--layer-skip on|off]\n"
             "                  [--probe FILE] [--probe-dir DIR] [--hint-max-deviation 0.15] [--kv-f16]\n"
             "                  [--log-level debug|info|warn|error] [--shutdown-grace S] [--request-timeout S]\n"
-            "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S]\n"
+            "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S] [--kv-budget-mb 4096]\n"
             "Every option has a config-file key of the same name (dashes become underscores): see config/ilpd.conf.\n");
 }
 
@@ -100,6 +101,7 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
     STR_KEY("log_level", log_level)
     INT_KEY("port", port, 0, 65535)
     INT_KEY("ctx", ctx, 0, 1 << 24)
+    INT_KEY("kv_budget_mb", kv_budget_mb, 0, 1 << 30)
     INT_KEY("threads", threads, 0, 1024)
     INT_KEY("queue", queue, 1, 100000)
     INT_KEY("json_depth", json_depth, 1, 1000)

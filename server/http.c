@@ -221,11 +221,13 @@ static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
     }
     const engine_info *in = engine_get_info(S->engine);
     j->n_prompt = n;
-    if ((long long)n + j->req.max_tokens > in->n_ctx) {
+    /* max_tokens is a ceiling, not a reservation: generation stops where the
+     * context ends (stop_reason model_context_window_exceeded), so only a
+     * prompt that leaves no room for one token is refused. */
+    if (n >= in->n_ctx) {
         char msg[300];
-        snprintf(msg, sizeof msg,
-                 "prompt is too long: %d prompt tokens + %d max_tokens = %lld tokens, more than the context of %d tokens", n,
-                 j->req.max_tokens, (long long)n + j->req.max_tokens, in->n_ctx);
+        snprintf(msg, sizeof msg, "prompt is too long: %d tokens > %d maximum (the context is %d tokens)", n,
+                 in->n_ctx - 1, in->n_ctx);
         job_release(j);
         return send_error(c, r, 400, "invalid_request_error", msg, -1);
     }

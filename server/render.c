@@ -63,10 +63,14 @@ static char *sse(const char *name, cJSON *data) {
     return ev;
 }
 
-/* The usage object: input_tokens when INPUT >= 0, then output_tokens. */
+/* The usage object: when INPUT >= 0 input_tokens and the prompt cache's
+ * counts (0 until there is a prefix cache: every prompt token is input),
+ * then output_tokens. */
 static cJSON *usage(int input, int output) {
     cJSON *u = cJSON_CreateObject();
-    int ok = u && (input < 0 || put(u, "input_tokens", cJSON_CreateNumber(input)));
+    int ok = u && (input < 0 || (put(u, "input_tokens", cJSON_CreateNumber(input)) &&
+                                 put(u, "cache_creation_input_tokens", cJSON_CreateNumber(0)) &&
+                                 put(u, "cache_read_input_tokens", cJSON_CreateNumber(0))));
     return checked(u, ok && put(u, "output_tokens", cJSON_CreateNumber(output)));
 }
 

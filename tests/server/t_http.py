@@ -170,10 +170,6 @@ def errors(s):
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]))
     check(is_error(st, h, o, 400, "invalid_request_error") and "text-only" in o["error"]["message"],
           "an image block: 400 saying the server is text-only", o)
-    st, h, o = s.json("POST", "/v1/messages", body(max_tokens=600))
-    msg = o["error"]["message"] if isinstance(o, dict) and "error" in o else ""
-    check(is_error(st, h, o, 400, "invalid_request_error") and "600" in msg and "512" in msg,
-          "prompt + max_tokens over the context: 400 naming the counts", msg)
     st, h, o = s.json("GET", "/v1/nothing-here")
     check(is_error(st, h, o, 404, "not_found_error"), "unknown path: 404 not_found_error", (st, o))
     st, h, o = s.json("GET", "/v1/messages")
@@ -244,6 +240,33 @@ def auth():
     check("sekrit" not in log and "second-key" not in log, "API keys never appear in the log")
 
 
+def context_budget():
+    """max_tokens is a ceiling, as clients' defaults (4096, 32000) assume:
+    generation ends where the context does; only a prompt that fills the
+    context alone is refused."""
+    s = Server("-c", "40")
+    try:
+        st, h, ct = s.json("POST", "/v1/messages/count_tokens", body())
+        n_in = ct.get("input_tokens", 0) if isinstance(ct, dict) else 0
+        st, h, o = s.json("POST", "/v1/messages", body(max_tokens=32000))
+        # every position holds a token; the last one sampled needs none
+        check(st == 200 and o.get("stop_reason") == "model_context_window_exceeded" and
+              o["usage"]["output_tokens"] == 40 - n_in + 1 and o["usage"]["input_tokens"] == n_in,
+              "max_tokens 32000 with a context of 40: 200, generation fills the context, "
+              "stop_reason model_context_window_exceeded", (st, o))
+        st, h, raw = s.request("POST", "/v1/messages", body(max_tokens=4096, stream=True))
+        md = [d for e, d in sse(raw) if e == "message_delta"]
+        check(st == 200 and md and md[0]["delta"]["stop_reason"] == "model_context_window_exceeded" and
+              md[0]["usage"]["output_tokens"] == 40 - n_in + 1, "and so when streaming", md)
+        long = body(messages=[{"role": "user", "content": "Once upon a time there was a cat. " * 8}], max_tokens=1)
+        st, h, o = s.json("POST", "/v1/messages", long)
+        msg = o["error"]["message"] if isinstance(o, dict) and "error" in o else ""
+        check(is_error(st, h, o, 400, "invalid_request_error") and msg.startswith("prompt is too long: ") and
+              "> 39 maximum" in msg, "a prompt that fills the context alone: 400 prompt is too long", msg)
+    finally:
+        s.stop()
+
+
 def disconnects(s):
     req = json.dumps(body(max_tokens=450, stream=True)).encode()
     sock = socket.create_connection(("127.0.0.1", s.port))
@@ -297,6 +320,7 @@ def main():
         rc, log = s.stop()
     check(rc == 0 and '"event":"request"' in log, "SIGTERM exits 0; one JSON log line per request", rc)
     applied_hint()
+    context_budget()
     auth()
     concurrency()
     return 1 if check.failed else 0

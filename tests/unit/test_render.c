@@ -70,8 +70,10 @@ static void message_shapes(void) {
               cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "stop_sequence")),
           "message: stop_reason, and stop_sequence null when no stop string matched");
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(m, "usage");
-    CHECK(keys_are(usage, "input_tokens,output_tokens") && num(usage, "input_tokens") == 11 && num(usage, "output_tokens") == 6,
-          "message: usage has input_tokens and output_tokens");
+    CHECK(keys_are(usage, "input_tokens,cache_creation_input_tokens,cache_read_input_tokens,output_tokens") &&
+              num(usage, "input_tokens") == 11 && num(usage, "cache_creation_input_tokens") == 0 &&
+              num(usage, "cache_read_input_tokens") == 0 && num(usage, "output_tokens") == 6,
+          "message: usage has input_tokens, the prompt cache's two counts (0) and output_tokens");
     cJSON_Delete(m);
     free(body);
 
@@ -79,12 +81,12 @@ static void message_shapes(void) {
     CHECK(text_is(render_message(&INFO, "abc", &stop),
                   "{\"type\":\"message\",\"id\":\"msg_0123\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{\"type\":"
                   "\"text\",\"text\":\"abc\"}],\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\",\"usage\":{\"input_tokens\":"
-                  "11,\"output_tokens\":3}}"),
+                  "11,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":3}}"),
           "message: the exact bytes, with the matched stop_sequence");
     CHECK(text_is(render_message(&INFO, NULL, &stop),
                   "{\"type\":\"message\",\"id\":\"msg_0123\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{\"type\":"
                   "\"text\",\"text\":\"\"}],\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\",\"usage\":{\"input_tokens\":"
-                  "11,\"output_tokens\":3}}"),
+                  "11,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":3}}"),
           "message: no text is one empty text block");
 }
 
@@ -100,8 +102,9 @@ static void stream_shapes(void) {
               cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "stop_reason")) &&
               cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "stop_sequence")),
           "message_start: empty content, null stop_reason and stop_sequence");
-    CHECK(num(usage, "input_tokens") == 11 && num(usage, "output_tokens") == 0,
-          "message_start: usage has the real input_tokens and output_tokens 0");
+    CHECK(keys_are(usage, "input_tokens,cache_creation_input_tokens,cache_read_input_tokens,output_tokens") &&
+              num(usage, "input_tokens") == 11 && num(usage, "output_tokens") == 0,
+          "message_start: usage has the real input_tokens, the cache counts and output_tokens 0");
     cJSON_Delete(start);
 
     CHECK(text_is(render_sse_block_start(0), "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"

@@ -43,8 +43,9 @@ __attribute__((format(printf, 4, 5))) static void upload_fail(loader *ld, kb_bac
     va_start(ap, name_fmt);
     vsnprintf(name, sizeof name, name_fmt, ap);
     va_end(ap);
+    const char *why = kb_error(kb); /* NULL when the backend recorded no reason */
     load_fail(ld, "cannot upload tensor '%s' (%s) to the %s backend: %s", name, ggml_type_name(w->type), kb->name,
-              kb_error(kb)[0] ? kb_error(kb) : "failed");
+              why ? why : "out of memory");
 }
 
 /* Reads the integer "ARCH.KEY" into *out; missing keys use DEF (or fail when DEF < 0). */

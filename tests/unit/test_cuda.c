@@ -732,8 +732,9 @@ static void check_unsupported_types(kb_backend *g) {
         kb_weight w = {t, 4, 256, h, NULL, bytes};
         kb_error_clear(g);
         int rc = g->weight_upload(g, &w);
-        CHECK(rc == -1 && w.dev == NULL && strstr(kb_error(g), ggml_type_name(t)),
-              TAG ": a %s weight is refused at upload (\"%s\")", ggml_type_name(t), kb_error(g));
+        const char *why = kb_error(g) ? kb_error(g) : "";
+        CHECK(rc == -1 && w.dev == NULL && strstr(why, ggml_type_name(t)),
+              TAG ": a %s weight is refused at upload (\"%s\")", ggml_type_name(t), why);
         kb_error_clear(g);
         free(h);
     }

@@ -24,13 +24,28 @@ typedef struct {
 } loader;
 
 __attribute__((format(printf, 2, 3))) static int load_fail(loader *ld, const char *fmt, ...) {
-    char msg[200];
+    char msg[400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     snprintf(ld->err, ld->errlen, "%s: %s", ld->f->path, msg);
     return -1;
+}
+
+/* The load error of a weight the backend refused (say, a type it has no
+ * kernels for): names the tensor (NAME_FMT...) and its type, then the
+ * backend's reason. */
+__attribute__((format(printf, 4, 5))) static void upload_fail(loader *ld, kb_backend *kb, const kb_weight *w,
+                                                              const char *name_fmt, ...) {
+    char name[96];
+    va_list ap;
+    va_start(ap, name_fmt);
+    vsnprintf(name, sizeof name, name_fmt, ap);
+    va_end(ap);
+    const char *why = kb_error(kb); /* NULL when the backend recorded no reason */
+    load_fail(ld, "cannot upload tensor '%s' (%s) to the %s backend: %s", name, ggml_type_name(w->type), kb->name,
+              why ? why : "out of memory");
 }
 
 /* Reads the integer "ARCH.KEY" into *out; missing keys use DEF (or fail when DEF < 0). */
@@ -273,14 +288,21 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
             if (!w->host) continue;
             L->bytes += w->nbytes;
             if (kb->weight_upload(kb, w)) {
-                load_fail(&ld, "cannot upload the weights of layer %d to the %s backend", l, kb->name);
+                upload_fail(&ld, kb, w, "blk.%d.%s", l, LAYER_WEIGHTS[i].suffix);
                 goto fail;
             }
         }
     }
-    if (kb->weight_upload(kb, &m->tok_embd) || kb->weight_upload(kb, &m->output_norm) ||
-        (m->output.host != m->tok_embd.host && kb->weight_upload(kb, &m->output))) {
-        load_fail(&ld, "cannot upload the embedding and output weights to the %s backend", kb->name);
+    if (kb->weight_upload(kb, &m->tok_embd)) {
+        upload_fail(&ld, kb, &m->tok_embd, "token_embd.weight");
+        goto fail;
+    }
+    if (kb->weight_upload(kb, &m->output_norm)) {
+        upload_fail(&ld, kb, &m->output_norm, "output_norm.weight");
+        goto fail;
+    }
+    if (m->output.host != m->tok_embd.host && kb->weight_upload(kb, &m->output)) {
+        upload_fail(&ld, kb, &m->output, "output.weight");
         goto fail;
     }
     if (m->output.host == m->tok_embd.host) m->output = m->tok_embd;

@@ -5,7 +5,8 @@
  * (host memory for the CPU, device memory for CUDA) and come from
  * kb->alloc; the engine never dereferences them itself and copies data
  * across with to_host / to_backend. Weights stay in their file format
- * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); a backend may keep a private
+ * (any type of kernels/quant.h; a backend without kernels for a type refuses
+ * it at weight_upload, with kb_error naming the type); a backend may keep a private
  * copy (e.g. on the GPU) made by weight_upload, or rewrite the host bytes in
  * place into its own layout of the same size (the CPU backend interleaves
  * Q8_0/Q4_0/Q4_K rows in groups of 16; it then sets dev = host): the host

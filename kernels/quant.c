@@ -102,6 +102,119 @@ static void dequant_q4_k(const block_q4_k *b, float *out, int n) {
     }
 }
 
+const int8_t quant_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* The 4-bit index of element j (0..31) of a 32-value block whose 16 bytes
+ * hold elements j in the low nibbles and 16 + j in the high ones. */
+static int nibble32(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+
+static uint32_t load_u32le(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void dequant_q4_1(const block_q4_1 *b, float *out, int n) {
+    for (int i = 0; i < n / 32; i++) {
+        float d = quant_f16_to_f32(b[i].d), m = quant_f16_to_f32(b[i].m);
+        for (int j = 0; j < 32; j++) out[i * 32 + j] = d * (float)nibble32(b[i].qs, j) + m;
+    }
+}
+
+static void dequant_q5_0(const block_q5_0 *b, float *out, int n) {
+    for (int i = 0; i < n / 32; i++) {
+        float d = quant_f16_to_f32(b[i].d);
+        uint32_t qh = load_u32le(b[i].qh);
+        for (int j = 0; j < 32; j++) {
+            int q = nibble32(b[i].qs, j) | (int)((qh >> j) & 1) << 4;
+            out[i * 32 + j] = d * (float)(q - 16);
+        }
+    }
+}
+
+static void dequant_q5_1(const block_q5_1 *b, float *out, int n) {
+    for (int i = 0; i < n / 32; i++) {
+        float d = quant_f16_to_f32(b[i].d), m = quant_f16_to_f32(b[i].m);
+        uint32_t qh = load_u32le(b[i].qh);
+        for (int j = 0; j < 32; j++) {
+            int q = nibble32(b[i].qs, j) | (int)((qh >> j) & 1) << 4;
+            out[i * 32 + j] = d * (float)q + m;
+        }
+    }
+}
+
+/* Q2_K and Q3_K share the 2-bit layout: element e of a super-block is in
+ * byte 32 * (e / 128) + e % 32 of qs, at bits 2 * ((e / 32) % 4). */
+static int crumb(const uint8_t *qs, int e) { return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3; }
+
+static void dequant_q2_k(const block_q2_k *b, float *out, int n) {
+    for (int i = 0; i < n / 256; i++) {
+        float d = quant_f16_to_f32(b[i].d), dmin = quant_f16_to_f32(b[i].dmin);
+        float *y = out + i * 256;
+        for (int g = 0; g < 16; g++) {
+            float dl = d * (float)(b[i].scales[g] & 0xF), ml = dmin * (float)(b[i].scales[g] >> 4);
+            for (int l = 0; l < 16; l++) y[16 * g + l] = dl * (float)crumb(b[i].qs, 16 * g + l) - ml;
+        }
+    }
+}
+
+/* The signed 6-bit scale of group g (0..15) of a Q3_K super-block: the low 4
+ * bits are nibble g / 8 of byte g % 8, the high 2 bits are bits 2 * (g / 4)
+ * of byte 8 + g % 4. */
+static int q3k_scale(const uint8_t *s, int g) {
+    int lo = (s[g & 7] >> (4 * (g >> 3))) & 0xF, hi = (s[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+static void dequant_q3_k(const block_q3_k *b, float *out, int n) {
+    for (int i = 0; i < n / 256; i++) {
+        float d = quant_f16_to_f32(b[i].d);
+        float *y = out + i * 256;
+        for (int g = 0; g < 16; g++) {
+            float dl = d * (float)q3k_scale(b[i].scales, g);
+            for (int l = 0; l < 16; l++) {
+                int e = 16 * g + l;
+                int high = (b[i].hmask[e & 31] >> (e >> 5)) & 1;
+                y[e] = dl * (float)(crumb(b[i].qs, e) - (high ? 0 : 4));
+            }
+        }
+    }
+}
+
+static void dequant_q5_k(const block_q5_k *b, float *out, int n) {
+    for (int i = 0; i < n / 256; i++) {
+        float d = quant_f16_to_f32(b[i].d), dmin = quant_f16_to_f32(b[i].dmin);
+        float *y = out + i * 256;
+        for (int g = 0; g < 8; g++) { /* groups of 32: nibble g % 2 of bytes 32 * (g / 2) .. + 31 */
+            uint8_t sc, m;
+            q4k_scale_min(b[i].scales, g, &sc, &m);
+            float dl = d * (float)sc, ml = dmin * (float)m;
+            const uint8_t *q = b[i].qs + 32 * (g >> 1);
+            for (int l = 0; l < 32; l++) {
+                int v = ((q[l] >> (4 * (g & 1))) & 0xF) | ((b[i].qh[l] >> g) & 1) << 4;
+                y[32 * g + l] = dl * (float)v - ml;
+            }
+        }
+    }
+}
+
+static void dequant_iq4_nl(const block_iq4_nl *b, float *out, int n) {
+    for (int i = 0; i < n / 32; i++) {
+        float d = quant_f16_to_f32(b[i].d);
+        for (int j = 0; j < 32; j++) out[i * 32 + j] = d * (float)quant_iq4_values[nibble32(b[i].qs, j)];
+    }
+}
+
+static void dequant_iq4_xs(const block_iq4_xs *b, float *out, int n) {
+    for (int i = 0; i < n / 256; i++) {
+        float d = quant_f16_to_f32(b[i].d);
+        float *y = out + i * 256;
+        for (int g = 0; g < 8; g++) { /* each group of 32 is a 16-byte IQ4_NL-style block */
+            int sc = ((b[i].scales_l[g >> 1] >> (4 * (g & 1))) & 0xF) | ((b[i].scales_h >> (2 * g)) & 3) << 4;
+            float dl = d * (float)(sc - 32);
+            for (int j = 0; j < 32; j++) y[32 * g + j] = dl * (float)quant_iq4_values[nibble32(b[i].qs + 16 * g, j)];
+        }
+    }
+}
+
 static void dequant_q6_k(const block_q6_k *b, float *out, int n) {
     for (int i = 0; i < n / 256; i++) {
         float d = quant_f16_to_f32(b[i].d);
@@ -145,6 +258,14 @@ void quant_dequantize_row(ggml_type t, const void *row, float *out, int n) {
     case GGML_TYPE_Q4_0: dequant_q4_0(row, out, n); break;
     case GGML_TYPE_Q4_K: dequant_q4_k(row, out, n); break;
     case GGML_TYPE_Q6_K: dequant_q6_k(row, out, n); break;
+    case GGML_TYPE_Q4_1: dequant_q4_1(row, out, n); break;
+    case GGML_TYPE_Q5_0: dequant_q5_0(row, out, n); break;
+    case GGML_TYPE_Q5_1: dequant_q5_1(row, out, n); break;
+    case GGML_TYPE_Q2_K: dequant_q2_k(row, out, n); break;
+    case GGML_TYPE_Q3_K: dequant_q3_k(row, out, n); break;
+    case GGML_TYPE_Q5_K: dequant_q5_k(row, out, n); break;
+    case GGML_TYPE_IQ4_NL: dequant_iq4_nl(row, out, n); break;
+    case GGML_TYPE_IQ4_XS: dequant_iq4_xs(row, out, n); break;
     default: memset(out, 0, (size_t)n * 4); break;
     }
 }
@@ -177,8 +298,10 @@ float quant_dot_row(ggml_type t, const void *row, const float *x, int n) {
 int ggml_type_block_size(ggml_type t) {
     switch (t) {
     case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: return 1;
-    case GGML_TYPE_Q4_0: case GGML_TYPE_Q8_0: return 32;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q6_K: return 256;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+    case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL: return 32;
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K: case GGML_TYPE_IQ4_XS: return 256;
     default: return 0;
     }
 }
@@ -187,10 +310,18 @@ size_t ggml_type_block_bytes(ggml_type t) {
     switch (t) {
     case GGML_TYPE_F32: return 4;
     case GGML_TYPE_F16: case GGML_TYPE_BF16: return 2;
-    case GGML_TYPE_Q4_0: return 18;
-    case GGML_TYPE_Q8_0: return 34;
-    case GGML_TYPE_Q4_K: return 144;
-    case GGML_TYPE_Q6_K: return 210;
+    case GGML_TYPE_Q4_0: return sizeof(block_q4_0);
+    case GGML_TYPE_Q4_1: return sizeof(block_q4_1);
+    case GGML_TYPE_Q5_0: return sizeof(block_q5_0);
+    case GGML_TYPE_Q5_1: return sizeof(block_q5_1);
+    case GGML_TYPE_Q8_0: return sizeof(block_q8_0);
+    case GGML_TYPE_Q2_K: return sizeof(block_q2_k);
+    case GGML_TYPE_Q3_K: return sizeof(block_q3_k);
+    case GGML_TYPE_Q4_K: return sizeof(block_q4_k);
+    case GGML_TYPE_Q5_K: return sizeof(block_q5_k);
+    case GGML_TYPE_Q6_K: return sizeof(block_q6_k);
+    case GGML_TYPE_IQ4_NL: return sizeof(block_iq4_nl);
+    case GGML_TYPE_IQ4_XS: return sizeof(block_iq4_xs);
     default: return 0;
     }
 }
@@ -204,6 +335,14 @@ const char *ggml_type_name(ggml_type t) {
     case GGML_TYPE_Q8_0: return "Q8_0";
     case GGML_TYPE_Q4_K: return "Q4_K";
     case GGML_TYPE_Q6_K: return "Q6_K";
+    case GGML_TYPE_Q4_1: return "Q4_1";
+    case GGML_TYPE_Q5_0: return "Q5_0";
+    case GGML_TYPE_Q5_1: return "Q5_1";
+    case GGML_TYPE_Q2_K: return "Q2_K";
+    case GGML_TYPE_Q3_K: return "Q3_K";
+    case GGML_TYPE_Q5_K: return "Q5_K";
+    case GGML_TYPE_IQ4_NL: return "IQ4_NL";
+    case GGML_TYPE_IQ4_XS: return "IQ4_XS";
     default: return "unknown";
     }
 }

@@ -13,7 +13,9 @@ that grows slowly with depth. 1e-4 of the largest logit (the bound of the
 stories260K golden test) leaves a wide margin over the largest error seen
 (4e-7).
 
-Quantized types (Q8_0, Q4_0, Q4_K, Q6_K): like llama.cpp, the CPU backend
+Quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
+Q6_K, IQ4_XS; the rows of the types without an integer kernel are dequantized
+first, the generic path): like llama.cpp, the CPU backend
 multiplies them by the activation quantized once per matmul to int8 blocks of
 32, and the reference does the same (reference.py), so those cases also agree
 to about 1e-7. One thing float32 cannot reproduce: where a scaled activation
@@ -70,6 +72,16 @@ CASES = [
     ("Q8_0 vocab 328 (a head row tail outside the 16-row groups)", dict(SMALL, type="Q8_0", layers=2, vocab=328), None),
     ("Q4_K vocab 328 (a head row tail outside the 16-row groups)", dict(KQUANT, type="Q4_K", layers=2, vocab=328), None),
     ("BF16 8 layers masked", dict(SMALL, type="BF16", layers=8), [1, 1, 1, 0, 0, 1, 0, 1]),
+    # the types the CPU reads through the generic path (rows dequantized, dotted with the int8 activation)
+    ("Q4_1 llama 2 layers", dict(SMALL, type="Q4_1", layers=2), None),
+    ("Q5_0 llama 2 layers", dict(SMALL, type="Q5_0", layers=2), None),
+    ("Q5_1 llama 2 layers", dict(SMALL, type="Q5_1", layers=2), None),
+    ("IQ4_NL llama 2 layers", dict(SMALL, type="IQ4_NL", layers=2), None),
+    ("Q2_K llama 2 layers", dict(KQUANT, type="Q2_K", layers=2), None),
+    ("Q3_K llama 2 layers", dict(KQUANT, type="Q3_K", layers=2), None),
+    ("Q5_K llama 2 layers", dict(KQUANT, type="Q5_K", layers=2), None),
+    ("IQ4_XS llama 2 layers", dict(KQUANT, type="IQ4_XS", layers=2), None),
+    ("Q5_K 4 layers masked", dict(KQUANT, type="Q5_K", layers=4), [1, 0, 1, 1]),
 ]
 
 

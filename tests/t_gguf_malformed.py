@@ -85,7 +85,7 @@ def main():
     expect_refused("zero dimension", handmade(infos=tensor_info("t", [4, 0], 0, 0)), "absurd shape")
     expect_refused("absurd dimensions", handmade(infos=tensor_info("t", [1 << 40, 1 << 40], 0, 0)), "absurd shape")
     expect_refused("unknown tensor type", handmade(infos=tensor_info("t", [4, 2], 99, 0)), "unsupported type")
-    expect_refused("unsupported tensor type Q4_1", handmade(infos=tensor_info("t", [32, 2], 3, 0)), "unsupported type")
+    expect_refused("unsupported tensor type IQ2_XXS", handmade(infos=tensor_info("t", [256, 2], 16, 0)), "unsupported type")
     expect_refused("offset past the end", handmade(infos=tensor_info("t", [4, 2], 0, 1 << 20)), "past the end")
     expect_refused("misaligned offset", handmade(infos=tensor_info("t", [4, 2], 0, 4)), "aligned")
     expect_refused("data past the end", handmade(infos=tensor_info("t", [64, 64], 0, 0)), "past the end")

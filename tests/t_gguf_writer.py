@@ -9,7 +9,9 @@ Usage: /usr/bin/python3 tests/t_gguf_writer.py   (a tests/run.sh suite: one
    ggml's dequantize_row_* (an independent reading of the block layouts);
 3. known hand-built blocks decode to the expected values;
 4. Writer -> Reader preserves metadata of every kind and tensor data;
-5. quantized types reject rows that do not fill whole blocks.
+5. quantized types reject rows that do not fill whole blocks;
+6. the dequantizers reproduce gguf-py's on tests/data/quant/*.bin bit for bit
+   (the vectors of scripts/model/quant_vectors.py, also read by the C test).
 """
 
 import os
@@ -24,7 +26,10 @@ import ilpd_gguf as g  # noqa: E402
 
 # bound on RMS(error) / RMS(x) for N(0,1) data
 MAX_REL_RMS = {g.F32: 0.0, g.F16: 5e-4, g.BF16: 4e-3, g.Q8_0: 1e-2,
-               g.Q6_K: 3e-2, g.Q4_0: 0.12, g.Q4_K: 0.11}
+               g.Q6_K: 3e-2, g.Q4_0: 0.12, g.Q4_K: 0.11,
+               g.Q4_1: 0.12, g.Q5_0: 0.06, g.Q5_1: 0.06, g.Q2_K: 0.45, g.Q3_K: 0.22,
+               g.Q5_K: 0.06, g.IQ4_NL: 0.12, g.IQ4_XS: 0.12}
+VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "quant")
 
 
 def _half(b, off):
@@ -141,6 +146,20 @@ def check_known_blocks(fail):
         fail.append("Q4_K known block")
 
 
+def check_gguf_py_vectors(fail):
+    """Append to fail each vector file whose blocks do not dequantize to gguf-py's floats, bit for bit."""
+    names = sorted(f for f in os.listdir(VECTORS) if f.endswith(".bin"))
+    for f in names:
+        with open(os.path.join(VECTORS, f), "rb") as fh:
+            b = fh.read()
+        t, n, nb = struct.unpack("<III", b[8:20])
+        want = np.frombuffer(b[20 + nb:], dtype="<f4")
+        got = g.dequantize(b[20:20 + nb], t, n)
+        if b[:8] != b"ILPDQV1\0" or len(want) != n or not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+            fail.append(f)
+    return [f[:-4] for f in names]
+
+
 def check_file_roundtrip(fail):
     """Append failures of a Writer -> Reader round trip to fail."""
     rng = np.random.default_rng(2)
@@ -225,6 +244,11 @@ def main():
     fail = []
     check_known_blocks(fail)
     report(fail, "ilpd_gguf: hand-built Q8_0, Q4_0, Q4_K blocks decode to their values; BF16 rounds to nearest even")
+    fail = []
+    names = check_gguf_py_vectors(fail)
+    if len(names) < 14:
+        fail.append("only %d vector files in %s" % (len(names), VECTORS))
+    report(fail, "ilpd_gguf: dequantizers equal gguf-py's bit for bit on tests/data/quant (%s)" % ", ".join(names))
     fail = []
     check_file_roundtrip(fail)
     report(fail, "ilpd_gguf: Writer -> Reader keeps metadata of every kind, tensor shapes, data and alignment (32, 64)")

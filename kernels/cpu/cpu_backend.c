@@ -10,7 +10,9 @@
  *
  * matmul: quantized weights get the activation quantized once per call
  * (int8 blocks of 32) and integer kernels (repacked groups of 16 rows, Q6_K
- * rows, file-layout rows dequantized as a fallback); float weights run
+ * rows, file-layout rows dequantized as a fallback: the only path of the
+ * types without kernels, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and
+ * IQ4_XS); float weights run
  * register tiles of 4 rows x 4 tokens (prefill: panels of weights converted
  * to float once and reused from L1 across every token). Rows are split in
  * one contiguous range per thread, the last chunks balanced by stealing.

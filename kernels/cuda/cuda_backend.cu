@@ -1,8 +1,10 @@
 /* cuda_backend.cu - the CUDA implementation of backend.h.
  *
  * One device, one stream, one cuBLAS handle. Weights are uploaded once in
- * their file format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); activations and
- * the KV cache (F32 or F16) live in device memory.
+ * their file format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; weight_upload
+ * refuses the other types, so that a model using them fails to load here and
+ * --device auto runs it on the CPU); activations and the KV cache (F32 or
+ * F16) live in device memory.
  *
  * matmul, by the number of rows n:
  *   n >= gemm_min_n (9)  cuBLAS: F32 weights by SGEMM (FP32, no TF32);
@@ -783,9 +785,24 @@ oom:
     return -1;
 }
 
+/* The weight types this backend's kernels decode (dq_elem, the dequantise and
+ * dp4a kernels); the others (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL,
+ * IQ4_XS: the CPU backend reads them) are refused at upload. */
+static int cu_type_supported(ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_K: case GGML_TYPE_Q6_K: return 1;
+    default: return 0;
+    }
+}
+
 static int cu_weight_upload(kb_backend *kb, kb_weight *w) {
     cu_impl *c = impl_of(kb);
     if (w->dev) return 0; /* already ours */
+    if (!cu_type_supported(w->type)) {
+        kb_fail(kb, "weight_upload: %s weights are not supported by the CUDA backend", ggml_type_name(w->type));
+        return -1;
+    }
     size_t bytes = w->nbytes ? w->nbytes : (size_t)w->rows * ggml_row_bytes(w->type, (uint64_t)w->cols);
     void *p = rt_malloc(c, bytes);
     if (!p) return -1;

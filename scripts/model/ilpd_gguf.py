@@ -15,6 +15,24 @@ Block layouts follow ggml (ggml-common.h / ggml-quants.c):
         high nibbles -> sub-block 2c+1;   x = d*sc*q - dmin*m
   Q6_K  256 values: u8 ql[128], u8 qh[64], int8 scales[16], fp16 d
         16 sub-blocks of 16;   x = d*scales[s]*(q-32)
+  Q4_1  32 values: fp16 d, fp16 m, u8 qs[16] (Q4_0's nibbles)  x = d*q + m
+  Q5_0  32 values: fp16 d, u8 qh[4], u8 qs[16]; bit j of qh (u32) is the
+        fifth bit of value j                                   x = d*(q-16)
+  Q5_1  32 values: fp16 d, fp16 m, u8 qh[4], u8 qs[16]        x = d*q + m
+  Q2_K  256 values: u8 scales[16], u8 qs[64], fp16 d, fp16 dmin
+        16 sub-blocks of 16, scales[s] = 4-bit scale | 4-bit min << 4;
+        value e is 2 bits of qs[32*(e//128) + e%32] at 2*((e//32)%4);
+        x = d*sc*q - dmin*m
+  Q3_K  256 values: u8 hmask[32], u8 qs[64] (Q2_K's 2-bit layout),
+        u8 scales[12], fp16 d; 16 signed 6-bit scales (low nibbles in
+        bytes 0-7, top 2 bits in bytes 8-11); bit e//32 of hmask[e%32]
+        clear subtracts 4;   x = d*(sc-32)*q
+  Q5_K  256 values: fp16 d, fp16 dmin, u8 scales[12] (as Q4_K), u8 qh[32],
+        u8 qs[128] (as Q4_K); bit e//32 of qh[e%32] is the fifth bit
+  IQ4_NL 32 values: fp16 d, u8 qs[16] (Q4_0's nibbles)   x = d*KVALUES[q]
+  IQ4_XS 256 values: fp16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]:
+        8 sub-blocks of 32 (each 16 bytes as IQ4_NL), signed 6-bit scales
+        (low nibble from scales_l, 2 bits of scales_h);  x = d*(sc-32)*KVALUES[q]
 """
 
 import mmap
@@ -40,6 +58,8 @@ Q4_K = 12
 Q5_K = 13
 Q6_K = 14
 Q8_K = 15
+IQ4_NL = 20
+IQ4_XS = 23
 I8 = 24
 I16 = 25
 I32 = 26
@@ -52,6 +72,7 @@ TYPE_NAMES = {
     Q5_1: "Q5_1", Q8_0: "Q8_0", Q8_1: "Q8_1", Q2_K: "Q2_K", Q3_K: "Q3_K",
     Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K", Q8_K: "Q8_K", I8: "I8",
     I16: "I16", I32: "I32", I64: "I64", F64: "F64", BF16: "BF16",
+    IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS",
 }
 TYPE_IDS = {v: k for k, v in TYPE_NAMES.items()}
 
@@ -63,11 +84,16 @@ BLOCK_LAYOUT = {
     Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24),
     Q8_0: (32, 34), Q8_1: (32, 36),
     Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176),
-    Q6_K: (256, 210), Q8_K: (256, 292),
+    Q6_K: (256, 210), Q8_K: (256, 292), IQ4_NL: (32, 18), IQ4_XS: (256, 136),
 }
 
+# The 16 values of IQ4_NL / IQ4_XS's 4-bit indices (a constant of the format).
+KVALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                   dtype=np.float32)
+
 # llama.cpp general.file_type values (enum llama_ftype) for the types we write
-FILE_TYPE = {F32: 0, F16: 1, Q4_0: 2, Q8_0: 7, Q4_K: 15, Q6_K: 18, BF16: 32}
+FILE_TYPE = {F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9, Q2_K: 10,
+             Q3_K: 12, Q4_K: 15, Q5_K: 17, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30, BF16: 32}
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -227,6 +253,160 @@ def _quant_q6_k(x):
     return out
 
 
+def _nibbles32(q):
+    """Return the 16 bytes of 32 4-bit values [nb, 32]: value j low nibble, j + 16 high."""
+    q = q.astype(np.uint8)
+    return (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)
+
+
+def _bits32(q):
+    """Return bit 4 of each of 32 values [nb, 32] packed as 4 little-endian bytes per block."""
+    bits = ((q.astype(np.uint32) >> 4) & 1) << np.arange(32, dtype=np.uint32)
+    return bits.sum(axis=1, dtype=np.uint32).astype("<u4").view(np.uint8).reshape(-1, 4)
+
+
+def _crumbs(q):
+    """Return the 64 bytes of 256 2-bit values [nb, 256] in the Q2_K/Q3_K layout."""
+    q = (q.astype(np.uint8) & 3).reshape(-1, 2, 4, 32)
+    return (q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)).reshape(-1, 64)
+
+
+def _affine32(x, levels):
+    """Return (d, m, q) of the min/max map x ~ d*q + m, q in [0, levels], d and m f16-rounded."""
+    lo, hi = x.min(axis=1), x.max(axis=1)
+    d = _f16_round((hi - lo) / levels)
+    m = _f16_round(lo)
+    q = np.clip(np.rint((x - m[:, None]) * _safe_inv(d)[:, None]), 0, levels).astype(np.uint8)
+    return d, m, q
+
+
+def _quant_q4_1(x):
+    """Return Q4_1 blocks for x of shape [nb, 32]."""
+    d, m, q = _affine32(x, 15)
+    out = np.empty(len(x), dtype=[("d", "<u2"), ("m", "<u2"), ("qs", "u1", 16)])
+    out["d"], out["m"], out["qs"] = _f16_bits(d), _f16_bits(m), _nibbles32(q)
+    return out
+
+
+def _quant_q5_0(x):
+    """Return Q5_0 blocks for x of shape [nb, 32] (signed-max scale d = max/-16)."""
+    vmax = x[np.arange(len(x)), np.abs(x).argmax(axis=1)]
+    d = _f16_round(vmax / -16.0)
+    q = np.clip(np.rint(x * _safe_inv(d)[:, None]) + 16, 0, 31).astype(np.uint8)
+    out = np.empty(len(x), dtype=[("d", "<u2"), ("qh", "u1", 4), ("qs", "u1", 16)])
+    out["d"], out["qh"], out["qs"] = _f16_bits(d), _bits32(q), _nibbles32(q)
+    return out
+
+
+def _quant_q5_1(x):
+    """Return Q5_1 blocks for x of shape [nb, 32]."""
+    d, m, q = _affine32(x, 31)
+    out = np.empty(len(x), dtype=[("d", "<u2"), ("m", "<u2"), ("qh", "u1", 4), ("qs", "u1", 16)])
+    out["d"], out["m"], out["qh"], out["qs"] = _f16_bits(d), _f16_bits(m), _bits32(q), _nibbles32(q)
+    return out
+
+
+def _nearest_kvalue(y):
+    """Return the index of the KVALUES entry nearest each element of y."""
+    return np.abs(y[..., None] - KVALUES).argmin(axis=-1).astype(np.uint8)
+
+
+def _quant_iq4_nl(x):
+    """Return IQ4_NL blocks for x of shape [nb, 32] (the largest |x| maps to -127)."""
+    vmax = x[np.arange(len(x)), np.abs(x).argmax(axis=1)]
+    d = _f16_round(vmax / -127.0)
+    q = _nearest_kvalue(x * _safe_inv(d)[:, None])
+    out = np.empty(len(x), dtype=[("d", "<u2"), ("qs", "u1", 16)])
+    out["d"], out["qs"] = _f16_bits(d), _nibbles32(q)
+    return out
+
+
+def _sub_affine(x, n_sub, levels, scale_bits):
+    """K-quant min/max map of x [nb, 256] in n_sub sub-blocks: returns d, dmin [nb],
+    the integer scales and mins [nb, n_sub] (scale_bits wide) and q [nb, 256] in [0, levels]."""
+    sub = x.reshape(len(x), n_sub, -1)
+    lo = np.minimum(sub.min(axis=2), 0.0)
+    scale, mins = (sub.max(axis=2) - lo) / levels, -lo
+    top = (1 << scale_bits) - 1
+    d = _f16_round(scale.max(axis=1) / top)
+    dmin = _f16_round(mins.max(axis=1) / top)
+    sc = np.clip(np.rint(scale * _safe_inv(d)[:, None]), 0, top)
+    m = np.clip(np.rint(mins * _safe_inv(dmin)[:, None]), 0, top)
+    eff_scale = (d[:, None] * sc)[:, :, None]
+    eff_min = (dmin[:, None] * m)[:, :, None]
+    q = np.clip(np.rint((sub + eff_min) * _safe_inv(eff_scale)), 0, levels).astype(np.uint8)
+    return d, dmin, sc, m, q.reshape(len(x), 256)
+
+
+def _quant_q2_k(x):
+    """Return Q2_K super-blocks for x of shape [nb, 256]."""
+    d, dmin, sc, m, q = _sub_affine(x, 16, 3, 4)
+    out = np.empty(len(x), dtype=[("scales", "u1", 16), ("qs", "u1", 64), ("d", "<u2"), ("dmin", "<u2")])
+    out["scales"] = sc.astype(np.uint8) | (m.astype(np.uint8) << 4)
+    out["qs"] = _crumbs(q)
+    out["d"], out["dmin"] = _f16_bits(d), _f16_bits(dmin)
+    return out
+
+
+def _quant_q5_k(x):
+    """Return Q5_K super-blocks for x of shape [nb, 256]."""
+    d, dmin, sc, m, q = _sub_affine(x, 8, 31, 6)
+    q4 = (q & 15).reshape(-1, 4, 2, 32)
+    qh = (((q.reshape(-1, 8, 32) >> 4) & 1) << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1)
+    out = np.empty(len(x), dtype=[("d", "<u2"), ("dmin", "<u2"), ("scales", "u1", 12),
+                                  ("qh", "u1", 32), ("qs", "u1", 128)])
+    out["d"], out["dmin"] = _f16_bits(d), _f16_bits(dmin)
+    out["scales"] = _pack_scale_min_k4(sc, m)
+    out["qh"] = qh.astype(np.uint8)
+    out["qs"] = (q4[:, :, 0, :] | (q4[:, :, 1, :] << 4)).reshape(-1, 128)
+    return out
+
+
+def _signed_sub_scales(x, n_sub, denom):
+    """Signed-max scales of x [nb, 256] in n_sub sub-blocks (vmax / denom), quantized to
+    6 bits around d = max|scale| / 31: returns d [nb], sc [nb, n_sub] in [-32, 31], sub."""
+    sub = x.reshape(len(x), n_sub, -1)
+    idx = np.abs(sub).argmax(axis=2)
+    scale = np.take_along_axis(sub, idx[:, :, None], axis=2)[:, :, 0] / denom
+    d = _f16_round(np.abs(scale).max(axis=1) / 31.0)
+    sc = np.clip(np.rint(scale * _safe_inv(d)[:, None]), -32, 31)
+    return d, sc, sub
+
+
+def _quant_q3_k(x):
+    """Return Q3_K super-blocks for x of shape [nb, 256] (q in [-4, 3])."""
+    d, sc, sub = _signed_sub_scales(x, 16, -4.0)
+    eff = (d[:, None] * sc)[:, :, None]
+    u = (np.clip(np.rint(sub * _safe_inv(eff)), -4, 3) + 4).astype(np.uint8).reshape(-1, 256)
+    s6 = (sc + 32).astype(np.uint8)                           # [nb, 16]
+    scales = np.zeros((len(x), 12), dtype=np.uint8)
+    scales[:, 0:8] = (s6[:, 0:8] & 15) | ((s6[:, 8:16] & 15) << 4)
+    hi = (s6 >> 4).reshape(-1, 4, 4)                          # [nb, g // 4, g % 4]
+    scales[:, 8:12] = hi[:, 0] | (hi[:, 1] << 2) | (hi[:, 2] << 4) | (hi[:, 3] << 6)
+    hmask = (((u.reshape(-1, 8, 32) >> 2) & 1) << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1)
+    out = np.empty(len(x), dtype=[("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", 12), ("d", "<u2")])
+    out["hmask"] = hmask.astype(np.uint8)
+    out["qs"] = _crumbs(u)
+    out["scales"] = scales
+    out["d"] = _f16_bits(d)
+    return out
+
+
+def _quant_iq4_xs(x):
+    """Return IQ4_XS super-blocks for x of shape [nb, 256]."""
+    d, sc, sub = _signed_sub_scales(x, 8, -127.0)
+    eff = (d[:, None] * sc)[:, :, None]
+    q = _nearest_kvalue(sub * _safe_inv(eff))                # [nb, 8, 32]
+    s6 = (sc + 32).astype(np.uint16)
+    out = np.empty(len(x), dtype=[("d", "<u2"), ("scales_h", "<u2"), ("scales_l", "u1", 4), ("qs", "u1", 128)])
+    out["d"] = _f16_bits(d)
+    out["scales_h"] = ((s6 >> 4) << (2 * np.arange(8, dtype=np.uint16))).sum(axis=1, dtype=np.uint16)
+    lo = (s6 & 15).astype(np.uint8)
+    out["scales_l"] = lo[:, 0::2] | (lo[:, 1::2] << 4)
+    out["qs"] = _nibbles32(q.reshape(-1, 32)).reshape(-1, 128)
+    return out
+
+
 def _bf16_bits(x):
     """Return x as bfloat16 bit patterns (uint16), round to nearest even, NaN kept quiet."""
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -235,7 +415,10 @@ def _bf16_bits(x):
 
 
 _QUANTIZERS = {Q8_0: (32, _quant_q8_0), Q4_0: (32, _quant_q4_0),
-               Q4_K: (256, _quant_q4_k), Q6_K: (256, _quant_q6_k)}
+               Q4_K: (256, _quant_q4_k), Q6_K: (256, _quant_q6_k),
+               Q4_1: (32, _quant_q4_1), Q5_0: (32, _quant_q5_0), Q5_1: (32, _quant_q5_1),
+               Q2_K: (256, _quant_q2_k), Q3_K: (256, _quant_q3_k), Q5_K: (256, _quant_q5_k),
+               IQ4_NL: (32, _quant_iq4_nl), IQ4_XS: (256, _quant_iq4_xs)}
 _CHUNK_BLOCKS = 1 << 15   # blocks per vectorised step, bounds temporary memory
 
 
@@ -303,7 +486,100 @@ def _deq_q6_k(raw):
     return (s[:, :, None] * q).reshape(-1, 256)
 
 
-_DEQUANTIZERS = {Q8_0: _deq_q8_0, Q4_0: _deq_q4_0, Q4_K: _deq_q4_k, Q6_K: _deq_q6_k}
+def _unnibble32(qs):
+    """Return the 32 4-bit values [nb, 32] of 16-byte groups qs [nb, 16]."""
+    return np.concatenate([qs & 15, qs >> 4], axis=1)
+
+
+def _fifth_bits(qh):
+    """Return bit 4 of each of 32 values from qh [nb, 4] (a little-endian u32 per block)."""
+    bits = np.ascontiguousarray(qh).view("<u4")[:, 0]
+    return (((bits[:, None] >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
+
+
+def _uncrumb(qs):
+    """Return the 256 2-bit values [nb, 256] of the Q2_K/Q3_K layout qs [nb, 64]."""
+    q = qs.reshape(-1, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]
+    return (q & 3).reshape(-1, 256)
+
+
+def _deq_q4_1(raw):
+    """Return float32 [nb, 32] from Q4_1 blocks."""
+    b = np.frombuffer(raw, dtype=[("d", "<f2"), ("m", "<f2"), ("qs", "u1", 16)])
+    q = _unnibble32(b["qs"]).astype(np.float32)
+    return b["d"].astype(np.float32)[:, None] * q + b["m"].astype(np.float32)[:, None]
+
+
+def _deq_q5_0(raw):
+    """Return float32 [nb, 32] from Q5_0 blocks."""
+    b = np.frombuffer(raw, dtype=[("d", "<f2"), ("qh", "u1", 4), ("qs", "u1", 16)])
+    q = (_unnibble32(b["qs"]) | _fifth_bits(b["qh"])).astype(np.float32) - 16.0
+    return b["d"].astype(np.float32)[:, None] * q
+
+
+def _deq_q5_1(raw):
+    """Return float32 [nb, 32] from Q5_1 blocks."""
+    b = np.frombuffer(raw, dtype=[("d", "<f2"), ("m", "<f2"), ("qh", "u1", 4), ("qs", "u1", 16)])
+    q = (_unnibble32(b["qs"]) | _fifth_bits(b["qh"])).astype(np.float32)
+    return b["d"].astype(np.float32)[:, None] * q + b["m"].astype(np.float32)[:, None]
+
+
+def _deq_q2_k(raw):
+    """Return float32 [nb, 256] from Q2_K super-blocks."""
+    b = np.frombuffer(raw, dtype=[("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2"), ("dmin", "<f2")])
+    sc, m = (b["scales"] & 15).astype(np.float32), (b["scales"] >> 4).astype(np.float32)
+    dl = b["d"].astype(np.float32)[:, None] * sc                 # [nb, 16]
+    ml = b["dmin"].astype(np.float32)[:, None] * m
+    q = _uncrumb(b["qs"]).reshape(-1, 16, 16).astype(np.float32)
+    return (dl[:, :, None] * q - ml[:, :, None]).reshape(-1, 256)
+
+
+def _deq_q3_k(raw):
+    """Return float32 [nb, 256] from Q3_K super-blocks."""
+    b = np.frombuffer(raw, dtype=[("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", 12), ("d", "<f2")])
+    s = b["scales"]
+    lo = np.concatenate([s[:, 0:8] & 15, s[:, 0:8] >> 4], axis=1)                          # group g
+    hi = ((s[:, None, 8:12] >> (2 * np.arange(4, dtype=np.uint8))[None, :, None]) & 3).reshape(-1, 16)
+    sc = (lo | (hi << 4)).astype(np.float32) - 32.0
+    dl = b["d"].astype(np.float32)[:, None] * sc                 # [nb, 16]
+    high = (b["hmask"][:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1    # [nb, 8, 32]
+    q = _uncrumb(b["qs"]).astype(np.int16) - 4 * (1 - high.reshape(-1, 256).astype(np.int16))
+    return (dl[:, :, None] * q.reshape(-1, 16, 16).astype(np.float32)).reshape(-1, 256)
+
+
+def _deq_q5_k(raw):
+    """Return float32 [nb, 256] from Q5_K super-blocks."""
+    b = np.frombuffer(raw, dtype=[("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12),
+                                  ("qh", "u1", 32), ("qs", "u1", 128)])
+    sc, m = _unpack_scale_min_k4(b["scales"])
+    d = b["d"].astype(np.float32)[:, None] * sc
+    mn = b["dmin"].astype(np.float32)[:, None] * m
+    qs = b["qs"].reshape(-1, 4, 1, 32)
+    q = np.concatenate([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32)
+    q = q | (((b["qh"][:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1) << 4)
+    return (d[:, :, None] * q.astype(np.float32) - mn[:, :, None]).reshape(-1, 256)
+
+
+def _deq_iq4_nl(raw):
+    """Return float32 [nb, 32] from IQ4_NL blocks."""
+    b = np.frombuffer(raw, dtype=[("d", "<f2"), ("qs", "u1", 16)])
+    return b["d"].astype(np.float32)[:, None] * KVALUES[_unnibble32(b["qs"])]
+
+
+def _deq_iq4_xs(raw):
+    """Return float32 [nb, 256] from IQ4_XS super-blocks."""
+    b = np.frombuffer(raw, dtype=[("d", "<f2"), ("scales_h", "<u2"), ("scales_l", "u1", 4), ("qs", "u1", 128)])
+    lo = np.stack([b["scales_l"] & 15, b["scales_l"] >> 4], axis=2).reshape(-1, 8)
+    hi = (b["scales_h"][:, None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
+    sc = (lo.astype(np.int16) | (hi.astype(np.int16) << 4)).astype(np.float32) - 32.0
+    dl = b["d"].astype(np.float32)[:, None] * sc                 # [nb, 8]
+    q = KVALUES[_unnibble32(b["qs"].reshape(-1, 16))].reshape(-1, 8, 32)
+    return (dl[:, :, None] * q).reshape(-1, 256)
+
+
+_DEQUANTIZERS = {Q8_0: _deq_q8_0, Q4_0: _deq_q4_0, Q4_K: _deq_q4_k, Q6_K: _deq_q6_k,
+                 Q4_1: _deq_q4_1, Q5_0: _deq_q5_0, Q5_1: _deq_q5_1, Q2_K: _deq_q2_k,
+                 Q3_K: _deq_q3_k, Q5_K: _deq_q5_k, IQ4_NL: _deq_iq4_nl, IQ4_XS: _deq_iq4_xs}
 
 
 def dequantize(raw, ggml_type, n):

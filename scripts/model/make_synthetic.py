@@ -115,7 +115,8 @@ def _check_shape(s):
 def make_model(path, **shape):
     """Write a random-weight model to path; keyword args as in DEFAULTS. Returns the shape dict used.
 
-    type is a ggml type name (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) applied
+    type is a ggml type name (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+    IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: ilpd_gguf.quantize) applied
     to every 2-D weight; a weight whose row length is not a multiple of the
     type's block falls back to F16 (reported on stderr).
     """
@@ -219,7 +220,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--type", default="F32",
-                    choices=["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"])
+                    choices=["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
+                             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"])
     ap.add_argument("--arch", default="llama", choices=["llama", "qwen2"])
     ap.add_argument("--layers", type=int, default=DEFAULTS["layers"])
     ap.add_argument("--dim", type=int, default=DEFAULTS["dim"])

@@ -4,8 +4,8 @@
 Weights are dequantized with scripts/model/ilpd_gguf.py exactly as the file defines
 them, then all arithmetic runs in float64, so the only approximation against
 an ideal implementation is the weight format itself, with one rule that
-llama.cpp and ilpd share: a matmul with a quantized weight (Q8_0, Q4_0, Q4_K,
-Q6_K) multiplies the weight by its input quantized to int8 blocks of 32
+llama.cpp and ilpd share: a matmul with a quantized weight (Q8_0, Q4_0, Q4_1,
+Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) multiplies the weight by its input quantized to int8 blocks of 32
 (float32 d = max|x| / 127, q = round-half-even(x * (1/d)), input = q * d).
 
 Model semantics (as llama.cpp defines them for these architectures):
@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ilpd_gguf  # noqa: E402
 
 ROPE_MODE = {"llama": "norm", "qwen2": "neox"}
-QUANTIZED = (ilpd_gguf.Q8_0, ilpd_gguf.Q4_0, ilpd_gguf.Q4_K, ilpd_gguf.Q6_K)
+QUANTIZED = (ilpd_gguf.Q8_0, ilpd_gguf.Q4_0, ilpd_gguf.Q4_1, ilpd_gguf.Q5_0, ilpd_gguf.Q5_1, ilpd_gguf.IQ4_NL,
+             ilpd_gguf.Q2_K, ilpd_gguf.Q3_K, ilpd_gguf.Q4_K, ilpd_gguf.Q5_K, ilpd_gguf.Q6_K, ilpd_gguf.IQ4_XS)
 
 
 def quantize_activation(h):

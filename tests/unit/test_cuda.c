@@ -716,6 +716,30 @@ static void oom_check(const char *path) {
 }
 #endif
 
+/* The types only the CPU backend reads are refused at upload, with an error
+ * that names the type, and the backend stays usable. */
+static void check_unsupported_types(kb_backend *g) {
+    static const ggml_type types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,   GGML_TYPE_Q2_K,
+                                      GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        ggml_type t = types[i];
+        size_t bytes = 4 * ggml_row_bytes(t, 256);
+        uint8_t *h = calloc(1, bytes);
+        if (!h) {
+            CHECK(0, TAG ": out of host memory");
+            return;
+        }
+        kb_weight w = {t, 4, 256, h, NULL, bytes};
+        kb_error_clear(g);
+        int rc = g->weight_upload(g, &w);
+        const char *why = kb_error(g) ? kb_error(g) : "";
+        CHECK(rc == -1 && w.dev == NULL && strstr(why, ggml_type_name(t)),
+              TAG ": a %s weight is refused at upload (\"%s\")", ggml_type_name(t), why);
+        kb_error_clear(g);
+        free(h);
+    }
+}
+
 static void run_all(kb_backend *g, const char *models) {
     kb_backend *c = kb_cpu_create(1);
     if (!c) {
@@ -737,6 +761,7 @@ static void run_all(kb_backend *g, const char *models) {
             check_matmul(p, t, 40, quant ? 512 : 128);
             if (!quant) check_matmul(p, t, 37, 100);
         }
+        check_unsupported_types(g);
         check_elementwise(p);
         check_fault(p);
         check_rope(p, 0);

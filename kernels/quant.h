@@ -154,5 +154,8 @@ float quant_bf16_to_f32(uint16_t h);
 void quant_dequantize_row(ggml_type t, const void *row, float *out, int n);
 /* Returns the dot product of ROW (n values of type T) with X. */
 float quant_dot_row(ggml_type t, const void *row, const float *x, int n);
+/* The 6-bit scale and min of sub-block J of the 12 packed scale bytes Q of a
+ * Q4_K or Q5_K super-block. */
+void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m);
 
 #endif

@@ -118,9 +118,6 @@ void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r
 /* Bytes of one group of 16 rows. */
 size_t repack_group_bytes(ggml_type t, int cols);
 
-/* Scalar helpers shared by the kernels. */
-/* The 6-bit scale and min of sub-block j of a Q4_K super-block. */
-void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m);
 
 #ifdef __cplusplus
 }

@@ -39,12 +39,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 2; i < n; i++) {
         static const chat_role roles[3] = {CHAT_ROLE_SYSTEM, CHAT_ROLE_USER, CHAT_ROLE_ASSISTANT};
         const char *f = field[i];
+        msgs[n_msgs] = (chat_message){0};
         msgs[n_msgs].role = roles[(unsigned char)f[0] % 3];
         msgs[n_msgs].text = f[0] ? f + 1 : f;
         n_msgs++;
     }
     const char *system = n > 1 ? field[1] : NULL;
-    char *out = chat_render(fam, bos_texts[data[0] & 3], eos_texts[data[0] & 3], system, msgs, n_msgs);
+    char *out = chat_render(fam, bos_texts[data[0] & 3], eos_texts[data[0] & 3], system, NULL, msgs, n_msgs);
     if (!out) __builtin_trap(); /* only out of memory gives NULL */
     if (n_msgs && msgs[n_msgs - 1].role != CHAT_ROLE_SYSTEM) {
         const char *t = msgs[n_msgs - 1].text;

@@ -290,43 +290,34 @@ int engine_tokenize(const engine *e, const char *text, int parse_special, int32_
 
 int engine_token_is_bos(const engine *e, int32_t id) { return id >= 0 && id == tok_bos(e->vocab); }
 
-/* Appends S to the growing string *buf (length *len); 0 or -1. */
-static int str_append(char **buf, size_t *len, const char *s) {
-    size_t n = strlen(s);
-    char *b = realloc(*buf, *len + n + 1);
-    if (!b) return -1;
-    memcpy(b + *len, s, n + 1);
-    *buf = b;
-    *len += n;
-    return 0;
-}
-
-int engine_prompt_build(const engine *e, const char *system, const engine_message *msgs, int n_msgs, int32_t **tokens,
-                        char *err, size_t errlen) {
+/* Returns the token count (the caller frees *tokens), or -1 with ERR set. */
+int engine_prompt_build(const engine *e, const char *system, const engine_tools *tools, const engine_message *msgs,
+                        int n_msgs, int32_t **tokens, char *err, size_t errlen) {
+    size_t n_parts = 1;
+    for (int i = 0; i < n_msgs; i++) n_parts += msgs[i].n_parts > 0 && msgs[i].parts ? (size_t)msgs[i].n_parts : 1;
     chat_message *cm = calloc((size_t)(n_msgs ? n_msgs : 1), sizeof *cm);
-    char **merged = calloc((size_t)(n_msgs ? n_msgs : 1), sizeof *merged);
+    chat_part *parts = calloc(n_parts, sizeof *parts);
     char *rendered = NULL;
     int n_cm = 0, n = -1;
+    size_t used = 0;
     *tokens = NULL;
-    if (!cm || !merged) goto oom;
-    /* Merge consecutive turns of one role with a blank line. */
+    if (!cm || !parts) goto oom;
+    /* Merge consecutive turns of one role: their parts are contiguous in PARTS. */
     for (int i = 0; i < n_msgs; i++) {
         chat_role role = msgs[i].role == ENGINE_ROLE_ASSISTANT ? CHAT_ROLE_ASSISTANT
                          : msgs[i].role == ENGINE_ROLE_SYSTEM  ? CHAT_ROLE_SYSTEM
                                                                : CHAT_ROLE_USER;
-        const char *text = msgs[i].text ? msgs[i].text : "";
-        if (n_cm && cm[n_cm - 1].role == role) {
-            size_t len = strlen(merged[n_cm - 1]);
-            if (str_append(&merged[n_cm - 1], &len, "\n\n") || str_append(&merged[n_cm - 1], &len, text)) goto oom;
+        if (!n_cm || cm[n_cm - 1].role != role) cm[n_cm++] = (chat_message){.role = role, .parts = parts + used};
+        if (msgs[i].n_parts > 0 && msgs[i].parts) {
+            memcpy(parts + used, msgs[i].parts, (size_t)msgs[i].n_parts * sizeof *parts);
+            used += (size_t)msgs[i].n_parts;
+            cm[n_cm - 1].n_parts += msgs[i].n_parts;
         } else {
-            size_t len = 0;
-            if (str_append(&merged[n_cm], &len, text)) goto oom;
-            cm[n_cm].role = role;
-            n_cm++;
+            parts[used++] = (chat_part){.type = CHAT_PART_TEXT, .text = msgs[i].text ? msgs[i].text : ""};
+            cm[n_cm - 1].n_parts++;
         }
-        cm[n_cm - 1].text = merged[n_cm - 1];
     }
-    rendered = chat_render(e->family, e->bos_text, e->eos_text, system, cm, n_cm);
+    rendered = chat_render(e->family, e->bos_text, e->eos_text, system, tools, cm, n_cm);
     if (!rendered) goto oom;
     n = engine_tokenize(e, rendered, 1, tokens);
     if (n < 0) snprintf(err, errlen, "the prompt could not be tokenized");
@@ -334,8 +325,7 @@ int engine_prompt_build(const engine *e, const char *system, const engine_messag
 oom:
     snprintf(err, errlen, "out of memory building the prompt");
 done:
-    for (int i = 0; merged && i < n_msgs; i++) free(merged[i]);
-    free(merged);
+    free(parts);
     free(cm);
     free(rendered);
     return n;

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/chat.h"
 #include "probe/hint.h"
 #include "probe/mask.h"
 
@@ -74,9 +75,17 @@ typedef struct {
 
 typedef enum { ENGINE_ROLE_SYSTEM, ENGINE_ROLE_USER, ENGINE_ROLE_ASSISTANT } engine_role;
 
+/* Tool calls, tool results and tools, as engine/chat.h defines them (its
+ * CHAT_PART_* and CHAT_TOOL_CHOICE_* values). */
+typedef chat_part engine_part;
+typedef chat_tool engine_tool;
+typedef chat_toolset engine_tools;
+
 typedef struct {
     engine_role role;
-    const char *text;
+    const char *text;         /* used when n_parts is 0 (NULL = "") */
+    const engine_part *parts; /* n_parts > 0: the message is these parts, in order */
+    int n_parts;
 } engine_message;
 
 typedef enum {
@@ -139,13 +148,14 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen);
 void engine_close(engine *e);
 const engine_info *engine_get_info(const engine *e);
 
-/* Renders SYSTEM (may be NULL) and the messages with the chat template and
- * tokenizes the result (BOS included when the model adds one). Consecutive
- * messages of the same role are merged with a blank line. A last assistant
+/* Renders SYSTEM (may be NULL), TOOLS (may be NULL) and the messages with
+ * the chat template and tokenizes the result (BOS included when the model
+ * adds one). Consecutive messages of the same role are merged into one turn
+ * (their parts in order; texts joined with a blank line). A last assistant
  * message is left open for continuation. Returns the token count and a
  * malloc'd array in *tokens (caller frees), or -1 with err set. */
-int engine_prompt_build(const engine *e, const char *system, const engine_message *msgs, int n_msgs,
-                        int32_t **tokens, char *err, size_t errlen);
+int engine_prompt_build(const engine *e, const char *system, const engine_tools *tools, const engine_message *msgs,
+                        int n_msgs, int32_t **tokens, char *err, size_t errlen);
 
 /* Tokenizes raw text (BOS included when the model adds one, special token
  * texts recognised when parse_special). Same ownership as above. */

@@ -13,8 +13,10 @@ typedef struct {
     char *model;
     int max_tokens;          /* 0 for count_tokens */
     char *system;            /* NULL when none */
-    engine_message *msgs;    /* texts owned by the request */
+    engine_message *msgs;    /* texts and parts owned by the request; a content given as blocks is
+                                parts (thinking blocks dropped), a string content is text */
     int n_msgs;
+    engine_tools tools;      /* tools and tool_choice; arrays and strings owned by the request */
     float temperature, top_p;
     int top_k;
     char *stop[MSG_MAX_STOP];
@@ -30,9 +32,11 @@ typedef struct {
 } msg_error;
 
 /* Parses BODY (LEN bytes). COUNT_ONLY: the count_tokens shape (no
- * max_tokens). Returns 0, or -1 with ERR filled (400 invalid_request_error
- * for every problem with the body). */
+ * max_tokens). Returns 0 with REQ filled (free it with msg_request_free), or
+ * -1 with ERR filled (400 invalid_request_error for every problem with the
+ * body, naming the field) and nothing left to free. */
 int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_request *req, msg_error *err);
+/* Frees what REQ owns and zeroes it. */
 void msg_request_free(msg_request *req);
 
 #endif

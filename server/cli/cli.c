@@ -195,8 +195,8 @@ static int cmd_generate(const cli_opts *o) {
     if (has_mask < 0) goto done;
     int n;
     if (o->chat) {
-        engine_message msg = {ENGINE_ROLE_USER, o->prompt};
-        n = engine_prompt_build(e, o->system, &msg, 1, &tokens, err, sizeof err);
+        engine_message msg = {.role = ENGINE_ROLE_USER, .text = o->prompt};
+        n = engine_prompt_build(e, o->system, NULL, &msg, 1, &tokens, err, sizeof err);
     } else {
         n = engine_tokenize(e, o->prompt, 1, &tokens);
         snprintf(err, sizeof err, "the prompt could not be tokenized");

@@ -78,8 +78,8 @@ done:
 int measure_prompt_tokens(engine *e, const prompt_spec *s, int32_t **tok) {
     char err[256];
     if (s->raw) return engine_tokenize(e, s->raw, 1, tok);
-    engine_message msg = {ENGINE_ROLE_USER, s->user};
-    return engine_prompt_build(e, s->system, &msg, 1, tok, err, sizeof err);
+    engine_message msg = {.role = ENGINE_ROLE_USER, .text = s->user};
+    return engine_prompt_build(e, s->system, NULL, &msg, 1, tok, err, sizeof err);
 }
 
 int measure_id_collect(void *ud, int32_t id) {

@@ -99,7 +99,9 @@ def happy(s):
     # Content blocks, system blocks, unknown keys, tool_result folding, query strings.
     st, h, o = s.json("POST", "/v1/messages?beta=true", body(
         system=[{"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}],
-        messages=[{"role": "user", "content": [{"type": "text", "text": "Once upon", "citations": None},
+        messages=[{"role": "user", "content": "Tell"},
+                  {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "story", "input": {}}]},
+                  {"role": "user", "content": [{"type": "text", "text": "Once upon", "citations": None},
                                                {"type": "tool_result", "tool_use_id": "t1", "content": "a time"}]}],
         metadata={"user_id": "u1"}, top_k=5, top_p=0.9, something_new=True))
     check(st == 200 and o["type"] == "message", "blocks, system blocks, tool_result, metadata, unknown keys and ?beta=true accepted", (st, o))

@@ -12,7 +12,7 @@
 
 /* Renders and compares with WANT; prints both on a mismatch. */
 static int renders(chat_family f, const char *sys, const chat_message *m, int n, const char *want) {
-    char *got = chat_render(f, "<s>", "</s>", sys, m, n);
+    char *got = chat_render(f, "<s>", "</s>", sys, NULL, m, n);
     int ok = got && !strcmp(got, want);
     if (!ok) printf("# %s: got  [%s]\n#    want [%s]\n", chat_family_name(f), got ? got : "(null)", want);
     free(got);
@@ -30,11 +30,11 @@ static int detect_file(const char *path) {
     return (int)chat_family_detect(buf);
 }
 
-static const chat_message one[] = {{CHAT_ROLE_USER, "Hi"}};
-static const chat_message turns[] = {{CHAT_ROLE_USER, "Hi"}, {CHAT_ROLE_ASSISTANT, "Hello!"}, {CHAT_ROLE_USER, "Bye"}};
-static const chat_message prefill[] = {{CHAT_ROLE_USER, "Count"}, {CHAT_ROLE_ASSISTANT, "1, 2,"}};
-static const chat_message spaced[] = {{CHAT_ROLE_USER, "  Hi \n"}, {CHAT_ROLE_ASSISTANT, " Hello! "}, {CHAT_ROLE_USER, "Bye"}};
-static const chat_message sys_first[] = {{CHAT_ROLE_SYSTEM, "Be brief."}, {CHAT_ROLE_USER, "Hi"}};
+static const chat_message one[] = {{.role = CHAT_ROLE_USER, .text = "Hi"}};
+static const chat_message turns[] = {{.role = CHAT_ROLE_USER, .text = "Hi"}, {.role = CHAT_ROLE_ASSISTANT, .text = "Hello!"}, {.role = CHAT_ROLE_USER, .text = "Bye"}};
+static const chat_message prefill[] = {{.role = CHAT_ROLE_USER, .text = "Count"}, {.role = CHAT_ROLE_ASSISTANT, .text = "1, 2,"}};
+static const chat_message spaced[] = {{.role = CHAT_ROLE_USER, .text = "  Hi \n"}, {.role = CHAT_ROLE_ASSISTANT, .text = " Hello! "}, {.role = CHAT_ROLE_USER, .text = "Bye"}};
+static const chat_message sys_first[] = {{.role = CHAT_ROLE_SYSTEM, .text = "Be brief."}, {.role = CHAT_ROLE_USER, .text = "Hi"}};
 
 static void test_detect(void) {
     CHECK(chat_family_detect("{% ... %}<|start_header_id|>{{ role }}") == CHAT_FAMILY_LLAMA3, "llama3 detected");
@@ -110,7 +110,7 @@ static void test_chatml(void) {
           "chatml: multi-turn");
     CHECK(renders(CHAT_FAMILY_CHATML, NULL, prefill, 2, "<|im_start|>user\nCount<|im_end|>\n<|im_start|>assistant\n1, 2,"),
           "chatml: assistant prefill is left open");
-    static const chat_message mid[] = {{CHAT_ROLE_USER, "a"}, {CHAT_ROLE_SYSTEM, "b"}, {CHAT_ROLE_USER, "c"}};
+    static const chat_message mid[] = {{.role = CHAT_ROLE_USER, .text = "a"}, {.role = CHAT_ROLE_SYSTEM, .text = "b"}, {.role = CHAT_ROLE_USER, .text = "c"}};
     CHECK(renders(CHAT_FAMILY_CHATML, "s", mid, 3,
                   "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\na<|im_end|>\n<|im_start|>system\nb<|im_end|>\n"
                   "<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n"),
@@ -138,7 +138,7 @@ static void test_llama2(void) {
           "llama2: turns are stripped, as the template's .strip() does");
     CHECK(renders(CHAT_FAMILY_LLAMA2, NULL, sys_first, 2, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]"),
           "llama2: a leading system message is the system prompt");
-    char *r = chat_render(CHAT_FAMILY_LLAMA2, NULL, NULL, NULL, turns, 3);
+    char *r = chat_render(CHAT_FAMILY_LLAMA2, NULL, NULL, NULL, NULL, turns, 3);
     CHECK(r && !strcmp(r, "[INST] Hi [/INST] Hello! [INST] Bye [/INST]"), "llama2: NULL BOS/EOS texts render as empty");
     free(r);
 }
@@ -148,7 +148,134 @@ static void test_plain(void) {
     CHECK(renders(CHAT_FAMILY_PLAIN, "Be brief.", turns, 3, "Be brief.\n\nUser: Hi\nAssistant: Hello!\nUser: Bye\nAssistant:"),
           "plain: system and turns");
     CHECK(renders(CHAT_FAMILY_PLAIN, NULL, prefill, 2, "User: Count\nAssistant: 1, 2,"), "plain: prefill");
-    CHECK(chat_render(CHAT_FAMILY_PLAIN, NULL, NULL, NULL, NULL, -1) == NULL, "a negative message count is refused");
+    CHECK(chat_render(CHAT_FAMILY_PLAIN, NULL, NULL, NULL, NULL, NULL, -1) == NULL, "a negative message count is refused");
+}
+
+
+/* A conversation with a tool: the user asks, the assistant says a word and
+ * calls the tool, the user returns its result. */
+static const chat_tool weather = {
+    .name = "get_weather",
+    .description = "Get the \"weather\"",
+    .schema_json = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}"};
+static const chat_part call_parts[] = {
+    {.type = CHAT_PART_TEXT, .text = "Let me check."},
+    {.type = CHAT_PART_TOOL_CALL, .id = "toolu_1", .name = "get_weather", .input_json = "{\"city\":\"Paris\",\"days\":[1,2]}"}};
+static const chat_part result_parts[] = {{.type = CHAT_PART_TOOL_RESULT, .id = "toolu_1", .text = "18C"}};
+static const chat_message tool_turns[] = {{.role = CHAT_ROLE_USER, .text = "Weather in Paris?"},
+                                          {.role = CHAT_ROLE_ASSISTANT, .parts = call_parts, .n_parts = 2},
+                                          {.role = CHAT_ROLE_USER, .parts = result_parts, .n_parts = 1}};
+
+/* Renders TOOL_TURNS with TS and compares with WANT. */
+static int renders_tools(chat_family f, const char *sys, const chat_toolset *ts, const chat_message *m, int n,
+                         const char *want) {
+    char *got = chat_render(f, "<s>", "</s>", sys, ts, m, n);
+    int ok = got && !strcmp(got, want);
+    if (!ok) printf("# %s: got  [%s]\n#    want [%s]\n", chat_family_name(f), got ? got : "(null)", want);
+    free(got);
+    return ok;
+}
+
+#define HERMES_TOOLS                                                                                                   \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"                                 \
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"                            \
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the \\\"weather\\\"\", " \
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": "       \
+    "[\"city\"]}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within " \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "                      \
+    "<args-json-object>}\n</tool_call>"
+#define HERMES_CALL "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, 2]}}\n</tool_call>"
+
+static void test_tools(void) {
+    chat_toolset ts = {.tools = &weather, .n_tools = 1};
+    CHECK(renders_tools(CHAT_FAMILY_LLAMA3, "Be brief.", &ts, tool_turns, 3,
+                        "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
+                        "You have access to the following functions. To call a function, please respond with JSON for a "
+                        "function call.Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+                        "argument name and its value}.Do not use variables.\n\n"
+                        "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n"
+                        "        \"description\": \"Get the \\\"weather\\\"\",\n        \"parameters\": {\n"
+                        "            \"type\": \"object\",\n            \"properties\": {\n                \"city\": {\n"
+                        "                    \"type\": \"string\"\n                }\n            },\n"
+                        "            \"required\": [\n                \"city\"\n            ]\n        }\n    }\n}\n\n"
+                        "Be brief.<|eot_id|>"
+                        "<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\nLet me check.\n"
+                        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": [1, 2]}}<|eot_id|>"
+                        "<|start_header_id|>ipython<|end_header_id|>\n\n18C<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+          "llama3: tools in the system turn (indent 4), a call as {\"name\", \"parameters\"} JSON, the result as an "
+          "ipython turn (Llama 3.1's convention)");
+    CHECK(renders_tools(CHAT_FAMILY_CHATML, "Be brief.", &ts, tool_turns, 3,
+                        "<|im_start|>system\nBe brief.\n\n" HERMES_TOOLS "<|im_end|>\n"
+                        "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+                        "<|im_start|>assistant\nLet me check.\n" HERMES_CALL "<|im_end|>\n"
+                        "<|im_start|>user\n<tool_response>\n18C\n</tool_response><|im_end|>\n"
+                        "<|im_start|>assistant\n"),
+          "chatml: Qwen2.5's <tools>, <tool_call> and <tool_response> text");
+    CHECK(renders_tools(CHAT_FAMILY_ZEPHYR, NULL, &ts, tool_turns, 3,
+                        "<|system|>\n" HERMES_TOOLS "</s>\n<|user|>\nWeather in Paris?</s>\n"
+                        "<|assistant|>\nLet me check.\n" HERMES_CALL "</s>\n"
+                        "<|user|>\n<tool_response>\n18C\n</tool_response></s>\n<|assistant|>\n"),
+          "zephyr: the Hermes text in its turns, the tool block as the system turn");
+    CHECK(renders_tools(CHAT_FAMILY_LLAMA2, NULL, &ts, tool_turns, 3,
+                        "[INST] <<SYS>>\n" HERMES_TOOLS "\n<</SYS>>\n\nWeather in Paris? [/INST] Let me check.\n" HERMES_CALL
+                        " </s><s>[INST] <tool_response>\n18C\n</tool_response> [/INST]"),
+          "llama2: the tool block in <<SYS>>, calls and results inline");
+    CHECK(renders_tools(CHAT_FAMILY_PLAIN, NULL, &ts, tool_turns, 3,
+                        HERMES_TOOLS "\n\nUser: Weather in Paris?\nAssistant: Let me check.\n" HERMES_CALL
+                        "\nUser: <tool_response>\n18C\n</tool_response>\nAssistant:"),
+          "plain: the Hermes text");
+
+    /* tool_choice */
+    char *none_prompt = chat_render(CHAT_FAMILY_CHATML, NULL, NULL, "S", NULL, tool_turns, 1);
+    ts.choice = CHAT_TOOL_CHOICE_NONE;
+    CHECK(none_prompt && renders_tools(CHAT_FAMILY_CHATML, "S", &ts, tool_turns, 1, none_prompt) &&
+              renders_tools(CHAT_FAMILY_LLAMA3, NULL, &ts, one, 1,
+                            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                            "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+          "tool_choice none renders no tools");
+    free(none_prompt);
+    ts.choice = CHAT_TOOL_CHOICE_TOOL;
+    ts.choice_name = "get_weather";
+    ts.single_call = 1;
+    CHECK(renders_tools(CHAT_FAMILY_CHATML, NULL, &ts, one, 1,
+                        "<|im_start|>system\n" HERMES_TOOLS
+                        "\n\nYou must call the function get_weather. Call at most one function.<|im_end|>\n"
+                        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+          "chatml: tool_choice tool and disable_parallel_tool_use add a sentence after the tools");
+    ts.choice = CHAT_TOOL_CHOICE_ANY;
+    ts.single_call = 0;
+    char *any = chat_render(CHAT_FAMILY_LLAMA3, NULL, NULL, NULL, &ts, one, 1);
+    CHECK(any && strstr(any, "]\n        }\n    }\n}\n\nYou must call at least one function.\n\n<|eot_id|>"),
+          "llama3: tool_choice any: the sentence after the tools, no system prompt");
+    free(any);
+
+    /* Results with an error, several results, text after them, and prefill after a call. */
+    static const chat_part two_results[] = {{.type = CHAT_PART_TOOL_RESULT, .id = "a", .text = "ok"},
+                                            {.type = CHAT_PART_TOOL_RESULT, .id = "b", .text = "boom", .is_error = 1},
+                                            {.type = CHAT_PART_TEXT, .text = " and?"},
+                                            {.type = CHAT_PART_TEXT, .text = "Go on."}};
+    static const chat_message res2[] = {{.role = CHAT_ROLE_USER, .parts = two_results, .n_parts = 4}};
+    CHECK(renders_tools(CHAT_FAMILY_LLAMA3, NULL, NULL, res2, 1,
+                        "<|start_header_id|>ipython<|end_header_id|>\n\nok<|eot_id|>"
+                        "<|start_header_id|>ipython<|end_header_id|>\n\nError: boom<|eot_id|>"
+                        "<|start_header_id|>user<|end_header_id|>\n\nand?\n\nGo on.<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+          "llama3: each result its own ipython turn (is_error as \"Error: \"), the text after them a user turn");
+    CHECK(renders_tools(CHAT_FAMILY_CHATML, NULL, NULL, res2, 1,
+                        "<|im_start|>user\n<tool_response>\nok\n</tool_response>\n<tool_response>\nError: boom\n"
+                        "</tool_response>\n and?\n\nGo on.<|im_end|>\n<|im_start|>assistant\n"),
+          "chatml: results inline, texts joined with a blank line");
+    static const chat_message open_call[] = {{.role = CHAT_ROLE_USER, .text = "Hi"},
+                                             {.role = CHAT_ROLE_ASSISTANT, .parts = call_parts + 1, .n_parts = 1}};
+    CHECK(renders_tools(CHAT_FAMILY_CHATML, NULL, NULL, open_call, 2,
+                        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n" HERMES_CALL),
+          "chatml: an assistant turn holding only a call, left open when last");
+    const chat_tool_syntax *l3 = chat_tool_syntax_of(CHAT_FAMILY_LLAMA3), *h = chat_tool_syntax_of(CHAT_FAMILY_ZEPHYR);
+    CHECK(!strcmp(l3->args_key, "parameters") && !strcmp(h->args_key, "arguments") &&
+              !strcmp(h->call_open, "<tool_call>\n") && chat_tool_syntax_of(CHAT_FAMILY_CHATML) == h,
+          "chat_tool_syntax_of: Llama 3.1 JSON for llama3, the Hermes tags for the others");
 }
 
 int main(void) {
@@ -158,5 +285,6 @@ int main(void) {
     test_zephyr();
     test_llama2();
     test_plain();
+    test_tools();
     CHECK_DONE();
 }

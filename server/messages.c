@@ -306,6 +306,129 @@ static int number_field(const cJSON *root, const char *key, double lo, double hi
     return 1;
 }
 
+/* The messages array into REQ->msgs: system messages folded into the
+ * system prompt, each turn's content checked and converted. 0 or -1 (E set). */
+static int parse_messages(const cJSON *root, msg_request *req, msg_error *e) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
+        bad(e, "messages: field required (a non-empty array)");
+        return -1;
+    }
+    int n = cJSON_GetArraySize(msgs);
+    req->msgs = calloc((size_t)n, sizeof *req->msgs);
+    if (!req->msgs) {
+        bad(e, "out of memory");
+        return -1;
+    }
+    const cJSON *m;
+    int i = 0, asst_from = 0, asst_to = 0;
+    cJSON_ArrayForEach(m, msgs) {
+        char where[32];
+        snprintf(where, sizeof where, "messages.%d", i++);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+            bad(e, "%s.role: field required", where);
+            return -1;
+        }
+        if (!content) {
+            bad(e, "%s.content: field required", where);
+            return -1;
+        }
+        const char *r = role->valuestring;
+        if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system")) {
+            bad(e, "%s.role: must be 'user' or 'assistant', got '%s'", where, r);
+            return -1;
+        }
+        if (!strcmp(r, "system")) { /* folded into the system prompt */
+            char at[48];
+            snprintf(at, sizeof at, "%s.content", where);
+            char *text = content_text(content, at, e);
+            if (!text) return -1;
+            int rc = append(&req->system, text, "\n\n");
+            free(text);
+            if (rc) {
+                bad(e, "out of memory");
+                return -1;
+            }
+            continue;
+        }
+        engine_message *cur = &req->msgs[req->n_msgs++];
+        cur->role = !strcmp(r, "user") ? ENGINE_ROLE_USER : ENGINE_ROLE_ASSISTANT;
+        /* The previous assistant turn: the run of assistant messages before this user run. */
+        if (cur->role == ENGINE_ROLE_ASSISTANT) {
+            if (req->n_msgs < 2 || cur[-1].role != ENGINE_ROLE_ASSISTANT) asst_from = req->n_msgs - 1;
+            asst_to = req->n_msgs;
+        }
+        if (parse_content(content, where, cur->role, req->msgs + asst_from, asst_to - asst_from, cur, e)) return -1;
+    }
+    if (req->n_msgs == 0) {
+        bad(e, "messages: at least one user or assistant message is required");
+        return -1;
+    }
+    return 0;
+}
+
+/* temperature, top_p and top_k into REQ (defaults kept when absent). 0 or -1. */
+static int parse_sampling(const cJSON *root, msg_request *req, msg_error *e) {
+    double d = 0;
+    int rc = number_field(root, "temperature", 0, 1, 0, &d, e);
+    if (rc < 0) return -1;
+    if (rc) req->temperature = (float)d;
+    rc = number_field(root, "top_p", 0, 1, 1, &d, e);
+    if (rc < 0) return -1;
+    if (rc) req->top_p = (float)d;
+    rc = number_field(root, "top_k", 0, 1e9, 0, &d, e);
+    if (rc < 0) return -1;
+    if (rc) {
+        if (d != floor(d)) {
+            bad(e, "top_k: must be an integer >= 0");
+            return -1;
+        }
+        req->top_k = (int)d;
+    }
+    return 0;
+}
+
+/* stop_sequences, stream and metadata into REQ. 0 or -1. */
+static int parse_options(const cJSON *root, msg_request *req, msg_error *e) {
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop_sequences");
+    if (stop && !cJSON_IsNull(stop)) {
+        if (!cJSON_IsArray(stop) || cJSON_GetArraySize(stop) > MSG_MAX_STOP) {
+            bad(e, "stop_sequences: must be an array of at most %d strings", MSG_MAX_STOP);
+            return -1;
+        }
+        const cJSON *s;
+        cJSON_ArrayForEach(s, stop) {
+            if (!cJSON_IsString(s) || !*s->valuestring) {
+                bad(e, "stop_sequences: each stop sequence must be a non-empty string");
+                return -1;
+            }
+            if (!(req->stop[req->n_stop++] = strdup(s->valuestring))) {
+                bad(e, "out of memory");
+                return -1;
+            }
+        }
+    }
+    const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
+    if (stream && !cJSON_IsNull(stream)) {
+        if (!cJSON_IsBool(stream)) {
+            bad(e, "stream: must be a boolean");
+            return -1;
+        }
+        req->stream = cJSON_IsTrue(stream);
+    }
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "metadata");
+    if (meta && !cJSON_IsNull(meta)) {
+        const cJSON *uid = cJSON_GetObjectItemCaseSensitive(meta, "user_id");
+        if (!cJSON_IsObject(meta) || (uid && !cJSON_IsNull(uid) && !cJSON_IsString(uid))) {
+            bad(e, "metadata: must be an object whose user_id is a string or null");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_request *req, msg_error *e) {
     memset(req, 0, sizeof *req);
     req->temperature = 1.0f;
@@ -343,114 +466,9 @@ int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_r
         else bad(e, "system: must be a string or an array of text blocks");
         if (!req->system) goto fail;
     }
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
-        bad(e, "messages: field required (a non-empty array)");
+    if (parse_messages(root, req, e) || parse_tools(root, req, e) || parse_sampling(root, req, e) ||
+        parse_options(root, req, e))
         goto fail;
-    }
-    int n = cJSON_GetArraySize(msgs);
-    req->msgs = calloc((size_t)n, sizeof *req->msgs);
-    if (!req->msgs) {
-        bad(e, "out of memory");
-        goto fail;
-    }
-    const cJSON *m;
-    int i = 0, asst_from = 0, asst_to = 0;
-    cJSON_ArrayForEach(m, msgs) {
-        char where[32];
-        snprintf(where, sizeof where, "messages.%d", i++);
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-            bad(e, "%s.role: field required", where);
-            goto fail;
-        }
-        if (!content) {
-            bad(e, "%s.content: field required", where);
-            goto fail;
-        }
-        const char *r = role->valuestring;
-        if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system")) {
-            bad(e, "%s.role: must be 'user' or 'assistant', got '%s'", where, r);
-            goto fail;
-        }
-        if (!strcmp(r, "system")) { /* folded into the system prompt */
-            char at[48];
-            snprintf(at, sizeof at, "%s.content", where);
-            char *text = content_text(content, at, e);
-            if (!text) goto fail;
-            int rc = append(&req->system, text, "\n\n");
-            free(text);
-            if (rc) {
-                bad(e, "out of memory");
-                goto fail;
-            }
-            continue;
-        }
-        engine_message *cur = &req->msgs[req->n_msgs++];
-        cur->role = !strcmp(r, "user") ? ENGINE_ROLE_USER : ENGINE_ROLE_ASSISTANT;
-        /* The previous assistant turn: the run of assistant messages before this user run. */
-        if (cur->role == ENGINE_ROLE_ASSISTANT) {
-            if (req->n_msgs < 2 || cur[-1].role != ENGINE_ROLE_ASSISTANT) asst_from = req->n_msgs - 1;
-            asst_to = req->n_msgs;
-        }
-        if (parse_content(content, where, cur->role, req->msgs + asst_from, asst_to - asst_from, cur, e)) goto fail;
-    }
-    if (req->n_msgs == 0) {
-        bad(e, "messages: at least one user or assistant message is required");
-        goto fail;
-    }
-    if (parse_tools(root, req, e)) goto fail;
-    double d = 0;
-    int rc = number_field(root, "temperature", 0, 1, 0, &d, e);
-    if (rc < 0) goto fail;
-    if (rc) req->temperature = (float)d;
-    rc = number_field(root, "top_p", 0, 1, 1, &d, e);
-    if (rc < 0) goto fail;
-    if (rc) req->top_p = (float)d;
-    rc = number_field(root, "top_k", 0, 1e9, 0, &d, e);
-    if (rc < 0) goto fail;
-    if (rc) {
-        if (d != floor(d)) {
-            bad(e, "top_k: must be an integer >= 0");
-            goto fail;
-        }
-        req->top_k = (int)d;
-    }
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop_sequences");
-    if (stop && !cJSON_IsNull(stop)) {
-        if (!cJSON_IsArray(stop) || cJSON_GetArraySize(stop) > MSG_MAX_STOP) {
-            bad(e, "stop_sequences: must be an array of at most %d strings", MSG_MAX_STOP);
-            goto fail;
-        }
-        const cJSON *s;
-        cJSON_ArrayForEach(s, stop) {
-            if (!cJSON_IsString(s) || !*s->valuestring) {
-                bad(e, "stop_sequences: each stop sequence must be a non-empty string");
-                goto fail;
-            }
-            if (!(req->stop[req->n_stop++] = strdup(s->valuestring))) {
-                bad(e, "out of memory");
-                goto fail;
-            }
-        }
-    }
-    const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-    if (stream && !cJSON_IsNull(stream)) {
-        if (!cJSON_IsBool(stream)) {
-            bad(e, "stream: must be a boolean");
-            goto fail;
-        }
-        req->stream = cJSON_IsTrue(stream);
-    }
-    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "metadata");
-    if (meta && !cJSON_IsNull(meta)) {
-        const cJSON *uid = cJSON_GetObjectItemCaseSensitive(meta, "user_id");
-        if (!cJSON_IsObject(meta) || (uid && !cJSON_IsNull(uid) && !cJSON_IsString(uid))) {
-            bad(e, "metadata: must be an object whose user_id is a string or null");
-            goto fail;
-        }
-    }
     if (!req->model) {
         bad(e, "out of memory");
         goto fail;

@@ -306,6 +306,28 @@ static int number_field(const cJSON *root, const char *key, double lo, double hi
     return 1;
 }
 
+/* 1 when message M holds a tool_result answering the call ID. */
+static int answers(const engine_message *m, const char *id) {
+    for (int i = 0; i < m->n_parts; i++)
+        if (m->parts[i].type == CHAT_PART_TOOL_RESULT && m->parts[i].id && !strcmp(m->parts[i].id, id)) return 1;
+    return 0;
+}
+
+/* The API's rule: each tool_use of the assistant turn PREV[0..N) is answered
+ * by a tool_result in NEXT, the message right after it (at WHERE). 0 or -1. */
+static int check_answered(const engine_message *prev, int n, const engine_message *next, const char *where,
+                          msg_error *e) {
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < prev[k].n_parts; i++) {
+            const engine_part *p = &prev[k].parts[i];
+            if (p->type == CHAT_PART_TOOL_CALL && !answers(next, p->id))
+                return bad(e, "%s: tool_use ids were found without tool_result blocks immediately after: %.100s. Each "
+                              "tool_use block must have a corresponding tool_result block in the next message.",
+                           where, p->id);
+        }
+    return 0;
+}
+
 /* The messages array into REQ->msgs: system messages folded into the
  * system prompt, each turn's content checked and converted. 0 or -1 (E set). */
 static int parse_messages(const cJSON *root, msg_request *req, msg_error *e) {
@@ -361,6 +383,9 @@ static int parse_messages(const cJSON *root, msg_request *req, msg_error *e) {
             asst_to = req->n_msgs;
         }
         if (parse_content(content, where, cur->role, req->msgs + asst_from, asst_to - asst_from, cur, e)) return -1;
+        if (cur->role == ENGINE_ROLE_USER && req->n_msgs >= 2 && cur[-1].role == ENGINE_ROLE_ASSISTANT &&
+            check_answered(req->msgs + asst_from, asst_to - asst_from, cur, where, e))
+            return -1;
     }
     if (req->n_msgs == 0) {
         bad(e, "messages: at least one user or assistant message is required");

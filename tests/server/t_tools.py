@@ -127,6 +127,8 @@ def malformed(s):
         "messages.2.content.0.tool_use_id")
     bad(s, "a tool_result answering no tool_use of the previous assistant turn",
         with_result({"type": "tool_result", "tool_use_id": "toolu_nope", "content": "x"}), "messages.2.content.0.tool_use_id")
+    bad(s, "a tool_use the next message does not answer with a tool_result", with_asst(call),
+        "messages.2: tool_use ids were found without tool_result blocks immediately after: toolu_9")
     bad(s, "a tool_result whose content is a number",
         with_result({"type": "tool_result", "tool_use_id": "toolu_01", "content": 5}), "messages.2.content.0.content")
     bad(s, "a tool_result holding an image", with_result({"type": "tool_result", "tool_use_id": "toolu_01", "content": [

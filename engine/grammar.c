@@ -995,41 +995,118 @@ cleanup:
     return ok;
 }
 
-/* What a byte does to a set: not yet known, rejected, back to the same set, elsewhere. */
-enum { FATE_UNKNOWN, FATE_REJECT, FATE_SAME, FATE_OTHER };
+/* Token masks intern the sets met during one call (a DFA built lazily): the
+ * walker's arena keeps every distinct set. When the trie walk first enters a
+ * set, the bytes leading back to it are found; the sets other bytes lead to
+ * are interned the first time the walk takes that byte. */
+enum { NEXT_REJECT = -1, NEXT_UNKNOWN = -2 };
 
 typedef struct {
-    uint8_t fate[256];
-    bset same; /* the bytes whose fate is FATE_SAME */
-} fates;
+    int32_t next[256]; /* the set reached over each byte, or NEXT_* */
+    bset same;         /* the bytes that lead back to this set */
+    size_t off;        /* where the set lies in the arena */
+    uint64_t hash;
+    int filled;        /* next and same are known */
+} dstate;
 
 typedef struct {
     walker w;
     const grammar_vocab *v;
     uint8_t *allowed;
-    fates *fates; /* one per trie depth */
+    dstate *st;
+    int n_st, cap_st;
+    int32_t *table; /* open addressing over st, -1 empty */
+    size_t table_cap;
     int count;
 } masker;
 
-/* Computes the fate of every byte for the set at OFF into F. Returns 0 or -1 (OOM). */
-static int fates_fill(masker *m, fates *f, size_t off) {
+static uint64_t set_hash(const int32_t *a, size_t len) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ (uint32_t)a[i]) * 1099511628211ull;
+    return h ^ (h >> 32);
+}
+
+/* Doubles the table (or creates it). Returns 0 or -1. */
+static int masker_rehash(masker *m) {
+    size_t cap = m->table_cap ? 2 * m->table_cap : 256;
+    int32_t *t = malloc(cap * sizeof *t);
+    if (!t) return -1;
+    memset(t, 0xff, cap * sizeof *t);
+    for (int i = 0; i < m->n_st; i++) {
+        size_t at = m->st[i].hash & (cap - 1);
+        while (t[at] >= 0) at = (at + 1) & (cap - 1);
+        t[at] = i;
+    }
+    free(m->table);
+    m->table = t;
+    m->table_cap = cap;
+    return 0;
+}
+
+/* The id of the set at OFF, the arena's last set: an earlier equal set (the
+ * arena is then truncated to OFF) or a new one. Returns the id or -1 (OOM). */
+static int masker_intern(masker *m, size_t off) {
+    size_t len = m->w.a.n - off;
+    uint64_t h = set_hash(m->w.a.v + off, len);
+    if ((size_t)m->n_st * 2 >= m->table_cap && masker_rehash(m)) return -1;
+    size_t at = h & (m->table_cap - 1);
+    for (; m->table[at] >= 0; at = (at + 1) & (m->table_cap - 1)) {
+        const dstate *d = &m->st[m->table[at]];
+        if (d->hash == h && set_size(m->w.a.v, d->off) == len &&
+            !memcmp(m->w.a.v + d->off, m->w.a.v + off, len * sizeof(int32_t))) {
+            m->w.a.n = off;
+            return m->table[at];
+        }
+    }
+    if (m->n_st == m->cap_st) {
+        int cap = m->cap_st ? 2 * m->cap_st : 64;
+        dstate *n = realloc(m->st, (size_t)cap * sizeof *n);
+        if (!n) return -1;
+        m->st = n;
+        m->cap_st = cap;
+    }
+    int id = m->n_st++;
+    m->st[id].off = off;
+    m->st[id].hash = h;
+    m->st[id].filled = 0;
+    m->table[at] = id;
+    return id;
+}
+
+/* Finds which bytes set ID rejects and which lead back to it. Returns 0 or -1 (OOM). */
+static int masker_fill(masker *m, int id) {
+    dstate *d = &m->st[id];
     bset first;
-    set_first(m->w.g, m->w.a.v, off, &first);
-    memset(&f->same, 0, sizeof f->same);
-    size_t len = set_size(m->w.a.v, off);
+    size_t len = set_size(m->w.a.v, d->off);
+    set_first(m->w.g, m->w.a.v, d->off, &first);
+    memset(&d->same, 0, sizeof d->same);
     for (unsigned c = 0; c < 256; c++) {
-        f->fate[c] = FATE_REJECT;
+        d->next[c] = NEXT_REJECT;
         if (!bset_has(&first, c)) continue;
-        size_t top = m->w.a.n;
-        long r = walker_step(&m->w, off, c);
+        long r = walker_step(&m->w, d->off, c);
         if (r == -2) return -1;
         if (r < 0) continue;
-        int same = m->w.a.n - (size_t)r == len && !memcmp(m->w.a.v + r, m->w.a.v + off, len * sizeof(int32_t));
-        f->fate[c] = same ? FATE_SAME : FATE_OTHER;
-        if (same) bset_add(&f->same, c);
-        m->w.a.n = top;
+        if (m->w.a.n - (size_t)r == len && !memcmp(m->w.a.v + r, m->w.a.v + d->off, len * sizeof(int32_t))) {
+            d->next[c] = id;
+            bset_add(&d->same, c);
+        } else {
+            d->next[c] = NEXT_UNKNOWN;
+        }
+        m->w.a.n = (size_t)r;
     }
+    d->filled = 1;
     return 0;
+}
+
+/* The set that set ID (filled) reaches over byte C, or NEXT_REJECT; -3 on OOM. */
+static int masker_next(masker *m, int id, unsigned c) {
+    int to = m->st[id].next[c];
+    if (to != NEXT_UNKNOWN) return to;
+    long r = walker_step(&m->w, m->st[id].off, c);
+    if (r < 0) return r == -2 ? -3 : NEXT_REJECT;
+    if ((to = masker_intern(m, (size_t)r)) < 0) return -3;
+    m->st[id].next[c] = to;
+    return to;
 }
 
 static void mask_range(masker *m, int32_t lo, int32_t hi) {
@@ -1037,51 +1114,37 @@ static void mask_range(masker *m, int32_t lo, int32_t hi) {
     m->count += hi - lo;
 }
 
-/* Marks the tokens below trie node NODE at DEPTH, reached with the set at
- * OFF whose fates are m->fates[FI]. Returns 0 or -1 (OOM). */
-static int mask_walk(masker *m, int32_t node, int depth, size_t off, int fi) {
+/* Marks the tokens at and below trie node NODE (the root: only below),
+ * reached in set ID: all at once when every byte below leads back to ID.
+ * Returns 0 or -1 (OOM). */
+static int mask_walk(masker *m, int32_t node, int id) {
     const grammar_vocab *v = m->v;
+    if (!m->st[id].filled && masker_fill(m, id)) return -1;
+    if (bset_subset(&v->maps[v->sub[node]], &m->st[id].same)) {
+        mask_range(m, v->tok_at[node], v->tok_at[v->end[node]]);
+        return 0;
+    }
+    mask_range(m, v->tok_at[node], v->tok_at[node + 1]);
     for (int32_t c = node + 1; c < v->end[node]; c = v->end[c]) {
-        int fate = m->fates[fi].fate[v->byte[c]];
-        if (fate == FATE_REJECT) continue;
-        if (fate == FATE_SAME) {
-            if (bset_subset(&v->maps[v->sub[c]], &m->fates[fi].same)) {
-                mask_range(m, v->tok_at[c], v->tok_at[v->end[c]]);
-                continue;
-            }
-            mask_range(m, v->tok_at[c], v->tok_at[c + 1]);
-            if (mask_walk(m, c, depth + 1, off, fi)) return -1;
-            continue;
-        }
-        size_t top = m->w.a.n;
-        long r = walker_step(&m->w, off, v->byte[c]);
-        if (r == -2) return -1;
-        if (r < 0) continue;
-        mask_range(m, v->tok_at[c], v->tok_at[c + 1]);
-        if (c + 1 < v->end[c] &&
-            (fates_fill(m, &m->fates[depth + 1], (size_t)r) || mask_walk(m, c, depth + 1, (size_t)r, depth + 1)))
-            return -1;
-        m->w.a.n = top;
+        int to = masker_next(m, id, v->byte[c]);
+        if (to == -3 || (to >= 0 && mask_walk(m, c, to))) return -1;
     }
     return 0;
 }
 
 int grammar_token_mask(const grammar_state *s, const grammar_vocab *v, uint8_t *allowed) {
-    masker *m = malloc(sizeof *m);
+    masker *m = calloc(1, sizeof *m);
     int rc = -1;
     memset(allowed, 0, (size_t)v->n_vocab);
     if (!m) return -1;
-    m->w.a = (ivec){0};
     m->v = v;
     m->allowed = allowed;
-    m->count = 0;
-    m->fates = malloc(((size_t)v->max_len + 2) * sizeof *m->fates);
-    if (!m->fates || walker_init(&m->w, s->g, s->set, s->len)) goto cleanup;
-    if (fates_fill(m, &m->fates[0], 0) || mask_walk(m, 0, 0, 0, 0)) goto cleanup;
+    if (walker_init(&m->w, s->g, s->set, s->len) || masker_intern(m, 0) != 0 || mask_walk(m, 0, 0)) goto cleanup;
     rc = m->count;
 cleanup:
     free(m->w.a.v);
-    free(m->fates);
+    free(m->st);
+    free(m->table);
     free(m);
     return rc;
 }
@@ -1116,12 +1179,18 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
 static void sb_put(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 
 static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    sb_add(b, tmp, n < (int)sizeof tmp ? (size_t)n : sizeof tmp - 1);
+    if (n < 0) return;
+    for (int i = 0; i <= n; i++) sb_add(b, " ", 1); /* room for the text and its NUL */
+    if (b->oom) return;
+    b->n -= (size_t)n + 1;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
 }
 
 /* Appends LEN bytes as a GBNF literal "..". */
@@ -1592,7 +1661,8 @@ static void conv_prims(conv *c) {
     if (need & NEED_STRING) sb_printf(o, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", n, n);
     if (need & NEED_CHAR)
         sb_printf(o,
-                  "%s-char ::= [^\"\\\\\\x00-\\x1f\\x80-\\xff] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})"
+                  "%s-char ::= [^\"\\\\\\x00-\\x1f\\x80-\\xff]"
+                  " | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))"
                   " | [\\xc2-\\xdf] [\\x80-\\xbf] | [\\xe0-\\xef] [\\x80-\\xbf]{2} | [\\xf0-\\xf4] [\\x80-\\xbf]{3}\n",
                   n);
     if (need & NEED_NUMBER)

@@ -75,6 +75,7 @@ struct grammar {
 typedef struct {
     int32_t *v;
     size_t n, cap;
+    int borrowed; /* v is a caller's buffer: copied, not reallocated, when it grows */
 } ivec;
 
 /* Returns 0, or -1 when out of memory. */
@@ -82,8 +83,10 @@ static int ivec_reserve(ivec *a, size_t extra) {
     if (a->n + extra <= a->cap) return 0;
     size_t cap = a->cap ? a->cap : 64;
     while (cap < a->n + extra) cap *= 2;
-    int32_t *v = realloc(a->v, cap * sizeof *v);
+    int32_t *v = a->borrowed ? malloc(cap * sizeof *v) : realloc(a->v, cap * sizeof *v);
     if (!v) return -1;
+    if (a->borrowed && a->n) memcpy(v, a->v, a->n * sizeof *v);
+    a->borrowed = 0;
     a->v = v;
     a->cap = cap;
     return 0;
@@ -583,23 +586,31 @@ void grammar_free(grammar *g) {
 /* ------------------------------------------------------------------ */
 /* Matcher: sets of stacks in a walker's arena                         */
 
+#define WALKER_LOCAL 1024 /* int32s of arena inside the walker itself */
+
 typedef struct {
     const grammar *g;
     ivec a;     /* the arena of serialized sets */
     size_t set; /* offset of the set being built */
     int oom;
     int32_t tmp[MAX_DEPTH + 1];
+    int32_t local[WALKER_LOCAL]; /* the arena while it is small: no malloc for short walks */
 } walker;
 
-/* Returns 0, or -1 when out of memory. */
+/* Starts W's arena with the LEN int32s of SET. Returns 0, or -1 when out of memory. */
 static int walker_init(walker *w, const grammar *g, const int32_t *set, size_t len) {
     w->g = g;
-    w->a = (ivec){0};
+    w->a = (ivec){.v = w->local, .cap = WALKER_LOCAL, .borrowed = 1};
     w->oom = 0;
     if (ivec_reserve(&w->a, len + 256)) return -1;
     if (len) memcpy(w->a.v, set, len * sizeof *set);
     w->a.n = len;
     return 0;
+}
+
+static void walker_free(walker *w) {
+    if (!w->a.borrowed) free(w->a.v);
+    w->a.v = NULL;
 }
 
 /* The number of int32s of the set at OFF. */
@@ -742,9 +753,9 @@ static grammar_state *state_from(const grammar *g, const int32_t *a, size_t off)
 }
 
 grammar_state *grammar_state_new(const grammar *g) {
-    walker *w = malloc(sizeof *w);
+    walker wk, *w = &wk;
     grammar_state *s = NULL;
-    if (!w || walker_init(w, g, NULL, 0)) goto cleanup;
+    if (walker_init(w, g, NULL, 0)) goto cleanup;
     walker_begin(w);
     for (int32_t i = g->alt_off[g->root]; i < g->alt_off[g->root + 1] && !w->oom; i++) {
         w->tmp[0] = g->alt[i]; /* a one-entry stack: root's alternative, returning nowhere */
@@ -752,8 +763,7 @@ grammar_state *grammar_state_new(const grammar *g) {
     }
     if (!w->oom) s = state_from(g, w->a.v, 0);
 cleanup:
-    if (w) free(w->a.v);
-    free(w);
+    walker_free(w);
     return s;
 }
 
@@ -766,9 +776,9 @@ void grammar_state_free(grammar_state *s) {
 }
 
 int grammar_state_accept(grammar_state *s, const char *bytes, size_t n) {
-    walker *w = malloc(sizeof *w);
+    walker wk, *w = &wk;
     int rc = -2;
-    if (!w || walker_init(w, s->g, s->set, s->len)) goto cleanup;
+    if (walker_init(w, s->g, s->set, s->len)) goto cleanup;
     for (size_t i = 0; i < n; i++) {
         long off = walker_step(w, 0, (unsigned char)bytes[i]);
         if (off < 0) {
@@ -779,14 +789,15 @@ int grammar_state_accept(grammar_state *s, const char *bytes, size_t n) {
         memmove(w->a.v, w->a.v + off, (w->a.n - (size_t)off) * sizeof *w->a.v);
         w->a.n -= (size_t)off;
     }
+    int32_t *set = malloc(w->a.n * sizeof *set);
+    if (!set) goto cleanup;
+    memcpy(set, w->a.v, w->a.n * sizeof *set);
     free(s->set);
-    s->set = w->a.v;
+    s->set = set;
     s->len = w->a.n;
-    w->a.v = NULL;
     rc = 0;
 cleanup:
-    if (w) free(w->a.v);
-    free(w);
+    walker_free(w);
     return rc;
 }
 
@@ -802,9 +813,9 @@ int grammar_state_more(const grammar_state *s) {
 }
 
 size_t grammar_state_forced(const grammar_state *s, char *buf, size_t cap) {
-    walker *w = malloc(sizeof *w);
+    walker wk, *w = &wk;
     size_t n = 0, off = 0;
-    if (!w || walker_init(w, s->g, s->set, s->len)) goto cleanup;
+    if (walker_init(w, s->g, s->set, s->len)) goto cleanup;
     while (n < cap) {
         bset first;
         if (set_first(s->g, w->a.v, off, &first) || bset_count(&first) != 1) break;
@@ -816,8 +827,7 @@ size_t grammar_state_forced(const grammar_state *s, char *buf, size_t cap) {
         off = (size_t)next;
     }
 cleanup:
-    if (w) free(w->a.v);
-    free(w);
+    walker_free(w);
     return n;
 }
 
@@ -836,6 +846,7 @@ struct grammar_vocab {
     int32_t *tok_at; /* n_nodes + 1 */
     int32_t *toks;
     uint32_t *sub;   /* per node: index into maps of the bytes on the edges below it */
+    uint8_t *utf8;   /* per node: 1 when the bytes below it are whole UTF-8 characters (the last may be cut) */
     bset *maps;
     char *bytes;     /* every piece, concatenated */
     size_t *off;     /* n_vocab + 1: token i is bytes[off[i]..off[i+1]) */
@@ -848,6 +859,7 @@ void grammar_vocab_free(grammar_vocab *v) {
     free(v->tok_at);
     free(v->toks);
     free(v->sub);
+    free(v->utf8);
     free(v->maps);
     free(v->bytes);
     free(v->off);
@@ -964,6 +976,36 @@ cleanup:
     return rc;
 }
 
+/* The continuation bytes a UTF-8 lead byte C announces (as the JSON string
+ * rule has it: [\xc2-\xdf], [\xe0-\xef], [\xf0-\xf4]), 0 for ASCII, -1 for a
+ * byte that cannot start a character. */
+static int utf8_follow(unsigned c) {
+    return c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : -1;
+}
+
+/* Fills v->utf8: bit k of ok[n] says the bytes below n are valid when k
+ * continuation bytes are pending at n; utf8[n] keeps bit 0. Returns 0 or -1. */
+static int vocab_utf8(grammar_vocab *v, const int32_t *parent) {
+    uint8_t *ok = malloc((size_t)v->n_nodes);
+    v->utf8 = malloc((size_t)v->n_nodes);
+    if (!ok || !v->utf8) {
+        free(ok);
+        return -1;
+    }
+    memset(ok, 0xf, (size_t)v->n_nodes);
+    for (int32_t n = v->n_nodes - 1; n > 0; n--) { /* children before parents */
+        unsigned c = v->byte[n];
+        int f = utf8_follow(c);
+        for (int k = 0; k < 4; k++) {
+            int next = k > 0 ? ((c & 0xc0) == 0x80 ? k - 1 : -1) : f;
+            if (next < 0 || !(ok[n] >> next & 1)) ok[parent[n]] &= (uint8_t)~(1u << k);
+        }
+    }
+    for (int32_t n = 0; n < v->n_nodes; n++) v->utf8[n] = ok[n] & 1;
+    free(ok);
+    return 0;
+}
+
 grammar_vocab *grammar_vocab_new(int n_vocab, const char *const *pieces, const size_t *lens) {
     grammar_vocab *v = calloc(1, sizeof *v);
     int32_t *parent = NULL;
@@ -972,7 +1014,7 @@ grammar_vocab *grammar_vocab_new(int n_vocab, const char *const *pieces, const s
     if (!v) return NULL;
     v->n_vocab = n_vocab;
     if (vocab_copy(v, pieces, lens, &n_toks, &total) || vocab_trie(v, n_toks, total + 1, &parent) ||
-        vocab_submaps(v, parent)) {
+        vocab_submaps(v, parent) || vocab_utf8(v, parent)) {
         grammar_vocab_free(v);
         v = NULL;
     }
@@ -982,16 +1024,15 @@ grammar_vocab *grammar_vocab_new(int n_vocab, const char *const *pieces, const s
 
 int grammar_token_ok(const grammar_state *s, const grammar_vocab *v, int id) {
     if (id < 0 || id >= v->n_vocab || v->off[id] == v->off[id + 1]) return 0;
-    walker *w = malloc(sizeof *w);
+    walker wk, *w = &wk;
     int ok = 0;
-    if (!w || walker_init(w, s->g, s->set, s->len)) goto cleanup;
+    if (walker_init(w, s->g, s->set, s->len)) goto cleanup;
     long off = 0;
     for (size_t i = v->off[id]; i < v->off[id + 1] && off >= 0; i++)
         off = walker_step(w, (size_t)off, (unsigned char)v->bytes[i]);
     ok = off >= 0;
 cleanup:
-    if (w) free(w->a.v);
-    free(w);
+    walker_free(w);
     return ok;
 }
 
@@ -1007,6 +1048,8 @@ typedef struct {
     size_t off;        /* where the set lies in the arena */
     uint64_t hash;
     int filled;        /* next and same are known */
+    int8_t loop[4];    /* loop[k]: every k continuation bytes lead to loop_home[k] (-1 not known) */
+    int32_t loop_home[4];
 } dstate;
 
 typedef struct {
@@ -1069,6 +1112,7 @@ static int masker_intern(masker *m, size_t off) {
     m->st[id].off = off;
     m->st[id].hash = h;
     m->st[id].filled = 0;
+    memset(m->st[id].loop, 0xff, sizeof m->st[id].loop);
     m->table[at] = id;
     return id;
 }
@@ -1109,6 +1153,48 @@ static int masker_next(masker *m, int id, unsigned c) {
     return to;
 }
 
+/* 1 when from set ID every sequence of K UTF-8 continuation bytes is
+ * accepted and leads to set HOME; 0 when not; -1 on OOM. Memoized per set and HOME. */
+static int masker_cont(masker *m, int id, int k, int home) {
+    if (k == 0) return id == home;
+    if (m->st[id].loop[k] >= 0 && m->st[id].loop_home[k] == home) return m->st[id].loop[k];
+    if (!m->st[id].filled && masker_fill(m, id)) return -1;
+    int ok = 1;
+    for (unsigned c = 0x80; c < 0xc0 && ok == 1; c++) {
+        int to = masker_next(m, id, c);
+        ok = to == -3 ? -1 : to < 0 ? 0 : masker_cont(m, to, k - 1, home);
+    }
+    if (ok >= 0) {
+        m->st[id].loop[k] = (int8_t)ok;
+        m->st[id].loop_home[k] = home;
+    }
+    return ok;
+}
+
+/* 1 when every whole UTF-8 character from set ID leads back to it (the
+ * inside of a JSON string); 0 when not; -1 on OOM. Kept in loop[0]. */
+static int masker_utf8_loop(masker *m, int id) {
+    if (m->st[id].loop[0] >= 0) return m->st[id].loop[0];
+    int ok = 1;
+    for (unsigned c = 0xc2; c <= 0xf4 && ok == 1; c++) {
+        int to = masker_next(m, id, c);
+        ok = to == -3 ? -1 : to < 0 ? 0 : masker_cont(m, to, utf8_follow(c), id);
+    }
+    if (ok >= 0) m->st[id].loop[0] = (int8_t)ok;
+    return ok;
+}
+
+/* 1 when every token below trie node NODE is accepted from set ID as a
+ * whole: its bytes all lead back to ID, or its ASCII bytes do and the rest
+ * are whole UTF-8 characters that do too. -1 on OOM. */
+static int mask_whole(masker *m, int32_t node, int id) {
+    const grammar_vocab *v = m->v;
+    const bset *below = &v->maps[v->sub[node]], *same = &m->st[id].same;
+    if (bset_subset(below, same)) return 1;
+    if (!v->utf8[node] || (below->w[0] & ~same->w[0]) || (below->w[1] & ~same->w[1])) return 0;
+    return masker_utf8_loop(m, id);
+}
+
 static void mask_range(masker *m, int32_t lo, int32_t hi) {
     for (int32_t i = lo; i < hi; i++) m->allowed[m->v->toks[i]] = 1;
     m->count += hi - lo;
@@ -1120,7 +1206,9 @@ static void mask_range(masker *m, int32_t lo, int32_t hi) {
 static int mask_walk(masker *m, int32_t node, int id) {
     const grammar_vocab *v = m->v;
     if (!m->st[id].filled && masker_fill(m, id)) return -1;
-    if (bset_subset(&v->maps[v->sub[node]], &m->st[id].same)) {
+    int whole = mask_whole(m, node, id);
+    if (whole < 0) return -1;
+    if (whole) {
         mask_range(m, v->tok_at[node], v->tok_at[v->end[node]]);
         return 0;
     }
@@ -1142,7 +1230,7 @@ int grammar_token_mask(const grammar_state *s, const grammar_vocab *v, uint8_t *
     if (walker_init(&m->w, s->g, s->set, s->len) || masker_intern(m, 0) != 0 || mask_walk(m, 0, 0)) goto cleanup;
     rc = m->count;
 cleanup:
-    free(m->w.a.v);
+    walker_free(&m->w);
     free(m->st);
     free(m->table);
     free(m);

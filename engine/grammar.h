@@ -72,7 +72,12 @@ void grammar_vocab_free(grammar_vocab *v);
  * range, an empty piece, or when out of memory). */
 int grammar_token_ok(const grammar_state *s, const grammar_vocab *v, int id);
 /* ALLOWED[id] = 1 for every token whose bytes can all be accepted from S,
- * else 0 (n_vocab bytes). Returns the number allowed, or -1 on OOM. */
+ * else 0 (n_vocab bytes). Returns the number allowed, or -1 on OOM.
+ * End-of-generation tokens have no piece: allowing them is the caller's
+ * business (when grammar_state_done). Cost: a walk of the trie pruned where
+ * bytes are rejected; subtrees that cannot leave the current set (the
+ * inside of a string) are accepted whole. Sample first and check the token
+ * with grammar_token_ok; compute the mask only when it is rejected. */
 int grammar_token_mask(const grammar_state *s, const grammar_vocab *v, uint8_t *allowed);
 
 #endif

@@ -508,7 +508,11 @@ static int rules_check(gparser *ps) {
     rules_nullable(ps, nullable);
     for (int r = 0; r < ps->n_rules && !rc; r++) {
         int c = color[r] ? -1 : left_cycle(ps, r, nullable, color);
-        if (c >= 0) rc = perr(ps, ps->rules[c]->line, "left recursion in rule '%s'", ps->rules[c]->name);
+        if (c < 0) continue;
+        const char *name = ps->rules[c]->name, *hash = strchr(name, '#');
+        rc = hash ? perr(ps, ps->rules[c]->line, "left recursion in rule '%.*s' (a repeated item that may be empty)",
+                         (int)(hash - name), name)
+                  : perr(ps, ps->rules[c]->line, "left recursion in rule '%s'", name);
     }
 cleanup:
     free(nullable);
@@ -1468,6 +1472,18 @@ static long num_kw(const cJSON *s, const char *key, long dflt) {
     return cJSON_IsNumber(j) && j->valuedouble >= 0 ? (long)j->valuedouble : dflt;
 }
 
+/* The literal `"KEY": ` of property P followed by the expression of its schema. Returns 0 or -1. */
+static int conv_pair(conv *c, const cJSON *p, sbuf *e) {
+    sbuf key = {0};
+    sb_json_string(&key, p->string);
+    sb_put(&key, ": ");
+    sb_literal(e, key.s ? key.s : "", key.n);
+    if (key.oom) e->oom = 1;
+    free(key.s);
+    sb_put(e, " ");
+    return conv_expr(c, p, e);
+}
+
 /* "key": value pairs for the schema S of type object. Returns 0 or -1.
  * With props p0..pk-1 in order: F_i = what may follow '{' when p0..pi-1 were
  * skipped, A_i = what may follow once something was written; optional
@@ -1506,13 +1522,7 @@ static int conv_object(conv *c, const cJSON *s, sbuf *e) {
         for (const cJSON *r = cJSON_IsArray(req) ? req->child : NULL; r; r = r->next)
             required |= cJSON_IsString(r) && !strcmp(r->valuestring, p[i]->string);
         sbuf kv = {0};
-        sbuf key = {0};
-        sb_json_string(&key, p[i]->string);
-        sb_put(&key, ": ");
-        sb_literal(&kv, key.s ? key.s : "", key.n);
-        free(key.s);
-        sb_put(&kv, " ");
-        int bad = conv_expr(c, p[i], &kv);
+        int bad = conv_pair(c, p[i], &kv);
         conv_fresh(c, A[i]);
         conv_fresh(c, F[i]);
         body.n = 0;

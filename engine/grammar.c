@@ -1200,7 +1200,9 @@ static int mask_whole(masker *m, int32_t node, int id) {
 }
 
 static void mask_range(masker *m, int32_t lo, int32_t hi) {
-    for (int32_t i = lo; i < hi; i++) m->allowed[m->v->toks[i]] = 1;
+    const int32_t *toks = m->v->toks; /* locals: stores through uint8_t* alias everything */
+    uint8_t *allowed = m->allowed;
+    for (int32_t i = lo; i < hi; i++) allowed[toks[i]] = 1;
     m->count += hi - lo;
 }
 

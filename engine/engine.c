@@ -12,6 +12,7 @@
 #include "kernels/backend.h"
 #include "engine/answer.h"
 #include "engine/chat.h"
+#include "engine/constrain.h"
 #include "probe/probe_features.h"
 #include "engine/gguf.h"
 #include "engine/log.h"
@@ -22,6 +23,7 @@
 #include "engine/tokenizer.h"
 
 #define PIECE_MAX 1024 /* bytes of one token's text; longer pieces are cut */
+#define ENGINE_FORCED_MAX 32 /* tokens a constraint may force in one step */
 
 struct engine {
     gguf_file *gguf;
@@ -38,6 +40,7 @@ struct engine {
     char *probe_path;
     float hint_max_deviation;
     int kv_fail_request, scratch_fail_request, kernel_fail_request, kernel_fail_token, n_requests;
+    grammar_vocab *gvocab;     /* the token pieces for constrained decoding, built at the first use */
 };
 
 static double now_ms(void) {
@@ -254,6 +257,7 @@ void engine_close(engine *e) {
         model_free(&e->model, e->kb);
         e->kb->destroy(e->kb);
     }
+    grammar_vocab_free(e->gvocab);
     tok_vocab_free(e->vocab);
     gguf_close(e->gguf);
     probe_free(&e->probe);
@@ -515,9 +519,59 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
 /* Testing (kernel_fail_request): in that generation, once TOKENS tokens are
  * generated, the backend's third operation from here fails: the first
  * matmul of layer 0 (after embed and rmsnorm). */
+/* The token pieces for constrained decoding, built once. NULL when out of memory. */
+static const grammar_vocab *grammar_vocab_of(engine *e) {
+    if (!e->gvocab) e->gvocab = constrain_vocab_new(e->vocab);
+    return e->gvocab;
+}
+
+int engine_check_output(const engine *e, const engine_tools *tools, const char *format_schema, char *err,
+                        size_t errlen) {
+    int lazy;
+    char *gbnf = constrain_gbnf(tools, format_schema, e->family, &lazy, err, errlen);
+    if (!gbnf) return err[0] ? -1 : 0;
+    grammar *g = grammar_parse(gbnf, "root", err, errlen);
+    free(gbnf);
+    grammar_free(g);
+    return g ? 0 : -1;
+}
+
 static void arm_kernel_fault(engine *e, int tokens) {
     if (e->n_requests == e->kernel_fail_request && tokens == e->kernel_fail_token)
         e->kb->fail_at = e->kb->launches(e->kb) + 3;
+}
+
+/* What became of a generated token (emit_token). */
+typedef enum { EMIT_MORE, EMIT_STOP, EMIT_CANCEL, EMIT_OOM, EMIT_REFUSED } emit_status;
+
+/* Hands on generated token TOK, which will sit at position POS: counts it,
+ * calls on_token, sends its text through the answer, advances the
+ * constraint CON (NULL for forced tokens, which it has already taken).
+ * EMIT_STOP sets res->reason (EOS, a stop string, max_tokens, the context). */
+static emit_status emit_token(engine *e, int32_t tok, int pos, int n_ctx, const engine_gen_params *gp,
+                              const engine_callbacks *cb, answer *ans, constrain *con, char *piece,
+                              engine_result *res) {
+    res->n_generated++;
+    if (cb->on_token && cb->on_token(cb->ud, tok)) return EMIT_CANCEL;
+    if (tok_is_eog(e->vocab, tok) && !gp->ignore_eos) {
+        res->reason = ENGINE_STOP_EOS;
+        return EMIT_STOP;
+    }
+    int len = tok_piece(e->vocab, tok, piece, PIECE_MAX);
+    size_t n = len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0);
+    if (con && constrain_accept(con, tok, piece, n)) return EMIT_REFUSED;
+    answer_status as = answer_push(ans, piece, n);
+    if (as == ANSWER_OOM) return EMIT_OOM;
+    if (as == ANSWER_CANCEL) return EMIT_CANCEL;
+    if (as == ANSWER_STOP_SEQUENCE) {
+        res->reason = ENGINE_STOP_SEQUENCE;
+        res->stop_index = ans->text.stop_index;
+        return EMIT_STOP;
+    }
+    if (res->n_generated >= gp->max_tokens) res->reason = ENGINE_STOP_MAX_TOKENS;
+    else if (pos >= n_ctx) res->reason = ENGINE_STOP_CONTEXT; /* n_ctx < n_prompt + max_tokens only when the context is full */
+    else return EMIT_MORE;
+    return EMIT_STOP;
 }
 
 /* Ends a request that cannot run as asked: a retry fails the same way. */
@@ -559,6 +613,7 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     model_state st;
     sampler sm;
     answer ans;
+    constrain *con = NULL;
     int have_state = 0, have_sampler = 0, rc;
     float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
     char *piece = malloc(PIECE_MAX);
@@ -579,7 +634,18 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
         res->retryable = 0;
         goto error;
     }
-    if (model_state_init(&st, m, e->kb, n_ctx, n_prompt, first, e->kv_type, res->error, sizeof res->error)) {
+    if (gp->tools || gp->format_schema) {
+        const grammar_vocab *gv = grammar_vocab_of(e);
+        con = gv ? constrain_new(gp->tools, gp->format_schema, e->family, gv, e->vocab, res->error, sizeof res->error)
+                 : NULL;
+        if (!gv) snprintf(res->error, sizeof res->error, "out of memory for the output grammar");
+        if (!con && res->error[0]) {
+            res->retryable = !gv;
+            goto error;
+        }
+    }
+    int rows = con && n_prompt < ENGINE_FORCED_MAX + 1 ? ENGINE_FORCED_MAX + 1 : n_prompt;
+    if (model_state_init(&st, m, e->kb, n_ctx, rows, first, e->kv_type, res->error, sizeof res->error)) {
         res->retryable = 0;
         goto error;
     }
@@ -608,40 +674,37 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     if (kb_error(e->kb)) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
+    /* Each step: one sampled token, then the tokens the constraint forces
+     * (jump-forward), run through the model as one batch. */
     int pos = n_prompt;
+    int32_t batch[ENGINE_FORCED_MAX + 1];
+    emit_status es;
     for (;;) {
         if (cancelled(gp)) goto cancel;
-        int32_t tok = sampler_sample(&sm, logits);
+        batch[0] = constrain_sample(con, &sm, logits);
+        if (batch[0] < 0) goto oom;
         if (res->n_generated == 0) res->ttft_ms = now_ms() - t0;
-        res->n_generated++;
-        if (cb->on_token && cb->on_token(cb->ud, tok)) goto cancel;
-        if (tok_is_eog(e->vocab, tok) && !gp->ignore_eos) {
-            res->reason = ENGINE_STOP_EOS;
-            break;
-        }
-        int len = tok_piece(e->vocab, tok, piece, PIECE_MAX);
-        answer_status as = answer_push(&ans, piece, len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0));
-        if (as == ANSWER_OOM) goto oom;
-        if (as == ANSWER_CANCEL) goto cancel;
-        if (as == ANSWER_STOP_SEQUENCE) {
-            res->reason = ENGINE_STOP_SEQUENCE;
-            res->stop_index = ans.text.stop_index;
-            break;
-        }
-        if (res->n_generated >= gp->max_tokens) {
-            res->reason = ENGINE_STOP_MAX_TOKENS;
-            break;
-        }
-        if (pos >= n_ctx) { /* n_ctx < n_prompt + max_tokens only when the context is full */
-            res->reason = ENGINE_STOP_CONTEXT;
-            break;
-        }
+        if ((es = emit_token(e, batch[0], pos, n_ctx, gp, cb, &ans, con, piece, res)) != EMIT_MORE) break;
+        int room = gp->max_tokens - res->n_generated, n = 1;
+        if (room > n_ctx - pos - 1) room = n_ctx - pos - 1;
+        int n_forced = constrain_forced(con, batch + 1, room < ENGINE_FORCED_MAX ? room : ENGINE_FORCED_MAX);
+        res->n_forced += n_forced;
+        while (n <= n_forced && (es = emit_token(e, batch[n], pos + n, n_ctx, gp, cb, &ans, NULL, piece, res)) == EMIT_MORE)
+            n++;
+        if (n <= n_forced) break;
         arm_kernel_fault(e, res->n_generated);
-        model_embed(m, e->kb, &st, &tok, 1);
-        model_forward_layers(m, e->kb, &st, 1, pos, 0, m->n_layers);
-        model_logits(m, e->kb, &st, 0, 1, logits);
+        model_embed(m, e->kb, &st, batch, n);
+        model_forward_layers(m, e->kb, &st, n, pos, 0, m->n_layers);
+        model_logits(m, e->kb, &st, n - 1, 1, logits);
         if (kb_error(e->kb)) goto backend_error;
-        pos++;
+        pos += n;
+    }
+    constrain_stats(con, &res->grammar_ms, &res->n_masks);
+    if (es == EMIT_CANCEL) goto cancel;
+    if (es == EMIT_OOM) goto oom;
+    if (es == EMIT_REFUSED) {
+        snprintf(res->error, sizeof res->error, "the output grammar refused a sampled token");
+        goto error;
     }
     if (res->reason != ENGINE_STOP_SEQUENCE) {
         answer_status as = answer_finish(&ans);
@@ -668,6 +731,7 @@ done:
     if (have_sampler) sampler_free(&sm);
     if (have_state) model_state_free(&st, e->kb);
     answer_free(&ans);
+    constrain_free(con);
     free(logits);
     free(piece);
 }

@@ -155,6 +155,9 @@ typedef struct {
     float probe_confidence;     /* when the probe ran */
     int n_skipped;              /* layers skipped */
     int n_tool_calls;           /* tool calls the answer made */
+    int n_forced;               /* tokens the output grammar forced (jump-forward), within n_generated */
+    int n_masks;                /* full token masks the output grammar computed */
+    double grammar_ms;          /* time spent applying the output grammar */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
     char error[256];
 } engine_result;
@@ -173,6 +176,12 @@ const engine_info *engine_get_info(const engine *e);
  * malloc'd array in *tokens (caller frees), or -1 with err set. */
 int engine_prompt_build(const engine *e, const char *system, const engine_tools *tools, const engine_message *msgs,
                         int n_msgs, int32_t **tokens, char *err, size_t errlen);
+
+/* Checks that the tools' input schemas and FORMAT_SCHEMA (either may be
+ * NULL) can constrain the output (engine/constrain.h). Returns 0, or -1
+ * with err naming the problem. */
+int engine_check_output(const engine *e, const engine_tools *tools, const char *format_schema, char *err,
+                        size_t errlen);
 
 /* Tokenizes raw text (BOS included when the model adds one, special token
  * texts recognised when parse_special). Same ownership as above. */

@@ -805,8 +805,9 @@ static void encode_fragment(tok_work *w, const char *s, size_t n, int prefix) {
 /* Returns the number of ids TEXT encodes to (the first CAP of them written
  * to OUT, which stays the caller's), or -1 for bad arguments, an allocation
  * failure, more than INT_MAX ids or a regex engine error. */
-int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_bos, int parse_special, int32_t *out,
-               int cap) {
+/* tok_encode and tok_encode_piece: PREFIX says whether SPM's dummy space may go first. */
+static int encode(const tok_vocab *v, const char *text, size_t len, int add_bos, int parse_special, int first_prefix,
+                  int32_t *out, int cap) {
     if (!v || (!text && len) || cap < 0 || (cap > 0 && !out)) return -1;
     tok_work w = {.v = v, .out = out, .cap = cap};
     if (v->kind == TOK_KIND_BPE) {
@@ -814,7 +815,7 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_bos, in
         if (!w.md) return -1;
     }
     if (add_bos && v->add_bos) emit(&w, v->bos);
-    int prefix = v->add_space_prefix; /* SPM: before the first fragment and after each special token */
+    int prefix = first_prefix && v->add_space_prefix; /* SPM: before the first fragment and after each special token */
     size_t start = 0;
     for (size_t i = 0; parse_special && i < len && !w.failed;) {
         int32_t sp = special_at(v, text + i, len - i);
@@ -827,7 +828,7 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_bos, in
             prefix = 0;
         }
         emit(&w, sp);
-        prefix = v->add_space_prefix;
+        prefix = first_prefix && v->add_space_prefix;
         i += v->len[sp];
         start = i;
     }
@@ -837,6 +838,15 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_bos, in
     free(w.buf);
     if (w.md) pcre2_match_data_free(w.md);
     return w.failed ? -1 : w.n;
+}
+
+int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_bos, int parse_special, int32_t *out,
+               int cap) {
+    return encode(v, text, len, add_bos, parse_special, 1, out, cap);
+}
+
+int tok_encode_piece(const tok_vocab *v, const char *text, size_t len, int32_t *out, int cap) {
+    return encode(v, text, len, 0, 1, 0, out, cap);
 }
 
 /* ---- decoding and accessors ---- */

@@ -46,6 +46,11 @@ void tok_vocab_free(tok_vocab *v);
 int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_bos, int parse_special, int32_t *out,
                int cap);
 
+/* Encodes LEN bytes of TEXT as the continuation of a text already begun:
+ * no BOS, no SPM dummy space, special token texts recognised. Same returns
+ * as tok_encode. */
+int tok_encode_piece(const tok_vocab *v, const char *text, size_t len, int32_t *out, int cap);
+
 /* Writes the bytes that token ID contributes to decoded text (byte tokens
  * become their byte, U+2581 a space, GPT-2 byte symbols their bytes; control
  * tokens contribute nothing) into BUF. Returns the byte count (which may

@@ -181,6 +181,11 @@ static int prepare(struct MHD_Connection *c, req_ctx *r, msg_request *req, int32
         msg_request_free(req);
         return -1;
     }
+    if (r->route != ROUTE_COUNT && engine_check_output(S->engine, &req->tools, req->format_schema, err, sizeof err)) {
+        *rc = send_error(c, r, 400, "invalid_request_error", err, -1);
+        msg_request_free(req);
+        return -1;
+    }
     int n = engine_prompt_build(S->engine, req->system, &req->tools, req->msgs, req->n_msgs, tokens, err, sizeof err);
     if (n < 0) {
         *rc = send_error(c, r, 500, "api_error", err, 0);

@@ -278,7 +278,9 @@ static size_t current_rss(void) {
 
 const char cli_bench_usage[] =
     "  ilpd bench    -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--layer-mask BASE64]\n"
-    "                [--kv-f16] [--reps R] [--json]\n";
+    "                [--kv-f16] [--reps R] [--json-schema FILE] [--json]\n"
+    "  --json-schema FILE  generate under that JSON Schema (constrained decoding, stopping where the\n"
+    "                      grammar ends) and report the grammar's share of the decode time\n";
 
 static int usage(void) { return cli_usage_print(cli_bench_usage, 0); }
 
@@ -295,7 +297,8 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
 }
 
 typedef struct {
-    const char *model, *mask_b64;
+    const char *model, *mask_b64, *schema_path;
+    char *schema;                /* the --json-schema file's text */
     int n_threads, n_prompt, n_gen, json, kv_f16, reps;
 } bench_opts;
 
@@ -327,6 +330,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             if (!v) return usage();
             o->mask_b64 = v;
             i++;
+        } else if (!strcmp(a, "--json-schema")) {
+            if (!v) return usage();
+            o->schema_path = v;
+            i++;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else if (!strcmp(a, "--kv-f16")) {
@@ -350,6 +357,8 @@ typedef struct {
     int n_layers, computed, n_generated, quant;
     size_t wbytes, wbytes_full, head_bytes, kv_bytes, peak_rss, rss;
     double layer_params, params, t_load, best_pp, best_tg, best_ttft;
+    double grammar_ms, decode_ms;  /* --json-schema: time in the grammar, and in decoding, of the best run */
+    int n_forced, n_masks;
 } bench_result;
 
 /* Fills MASK (per layer) from the --layer-mask option, or all ones. 0 or -1. */
@@ -409,7 +418,8 @@ static int bench_run(const bench_opts *o, bench_result *r) {
         int lo = in->n_vocab > 16 ? 3 : 0;
         prompt[i] = lo + (int32_t)((rng >> 33) % (uint64_t)(in->n_vocab - lo));
     }
-    engine_gen_params gp = {.max_tokens = o->n_gen, .temperature = 0, .top_p = 1, .layer_mask = mask, .ignore_eos = 1};
+    engine_gen_params gp = {.max_tokens = o->n_gen, .temperature = 0, .top_p = 1, .layer_mask = mask,
+                            .ignore_eos = !o->schema, .format_schema = o->schema};
     engine_callbacks cb = {0};
     engine_result res;
     /* warm-up: a short request */
@@ -422,7 +432,13 @@ static int bench_run(const bench_opts *o, bench_result *r) {
         double pp = o->n_prompt / (res.prefill_ms / 1e3);
         double tg = res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0;
         if (pp > r->best_pp) r->best_pp = pp;
-        if (tg > r->best_tg) r->best_tg = tg;
+        if (tg > r->best_tg) {
+            r->best_tg = tg;
+            r->grammar_ms = res.grammar_ms;
+            r->decode_ms = res.total_ms - res.prefill_ms;
+            r->n_forced = res.n_forced;
+            r->n_masks = res.n_masks;
+        }
         if (res.ttft_ms < r->best_ttft) r->best_ttft = res.ttft_ms;
         r->kv_bytes = res.kv_bytes;
         r->n_generated = res.n_generated;
@@ -459,11 +475,13 @@ static void bench_report(const bench_opts *o, const bench_result *r) {
                "\"layers_computed\":%d,\"pp_tok_s\":%.3f,\"tg_tok_s\":%.3f,\"ttft_ms\":%.3f,\"peak_rss_bytes\":%zu,"
                "\"rss_bytes\":%zu,\"kv_bytes\":%zu,\"weight_bytes_per_token\":%zu,\"weight_bytes_per_token_full\":%zu,"
                "\"bandwidth_gbs\":%.3f,\"tg_roofline_tok_s\":%.3f,\"tg_roofline_ratio\":%.4f,\"peak_gflops\":%.1f,"
-               "\"peak_int8_gops\":%.1f,\"pp_roofline_tok_s\":%.3f,\"pp_roofline_ratio\":%.4f,\"load_s\":%.3f}\n",
+               "\"peak_int8_gops\":%.1f,\"pp_roofline_tok_s\":%.3f,\"pp_roofline_ratio\":%.4f,\"load_s\":%.3f,"
+               "\"grammar_ms\":%.3f,\"grammar_share\":%.5f,\"forced_tokens\":%d,\"grammar_masks\":%d}\n",
                r->name, o->n_threads, o->n_prompt, o->n_gen, r->n_generated, r->n_layers, r->computed, r->best_pp,
                r->best_tg, r->best_ttft, r->peak_rss, r->rss, r->kv_bytes, r->wbytes, r->wbytes_full, bw / 1e9, roof_tg,
                roof_tg > 0 ? r->best_tg / roof_tg : 0, flops / 1e9, iops / 1e9, roof_pp,
-               roof_pp > 0 ? r->best_pp / roof_pp : 0, r->t_load);
+               roof_pp > 0 ? r->best_pp / roof_pp : 0, r->t_load, r->grammar_ms,
+               r->decode_ms > 0 ? r->grammar_ms / r->decode_ms : 0, r->n_forced, r->n_masks);
         return;
     }
     printf("model            %s (%d layers, %d computed)\n", o->model, r->n_layers, r->computed);
@@ -473,6 +491,10 @@ static void bench_report(const bench_opts *o, const bench_result *r) {
     printf("generation       %d tokens: %.2f tok/s (roofline %.2f tok/s: %.0f%%)\n", r->n_generated, r->best_tg, roof_tg,
            roof_tg > 0 ? 100 * r->best_tg / roof_tg : 0);
     printf("time to first    %.1f ms\n", r->best_ttft);
+    if (o->schema)
+        printf("grammar          %.3f ms/token, %.2f%% of decoding (%d forced tokens, %d full masks)\n",
+               r->grammar_ms / (r->n_generated ? r->n_generated : 1),
+               r->decode_ms > 0 ? 100 * r->grammar_ms / r->decode_ms : 0, r->n_forced, r->n_masks);
     printf("weights/token    %.1f MB (full depth %.1f MB)\n", r->wbytes / 1e6, r->wbytes_full / 1e6);
     printf("read bandwidth   %.2f GB/s (%d threads)\n", bw / 1e9, o->n_threads);
     printf("peak compute     %.1f GFLOP/s (FMA), %.1f GOP/s (int8)\n", flops / 1e9, iops / 1e9);
@@ -487,7 +509,12 @@ int cli_bench(int argc, char **argv) {
     int rc = bench_parse(argc, argv, &o);
     if (rc >= 0) return rc;
     log_set_plain(1);
+    if (o.schema_path && !(o.schema = cli_read_file(o.schema_path, 1 << 20))) {
+        fprintf(stderr, "ilpd bench: %s: cannot read the schema\n", o.schema_path);
+        return 1;
+    }
     rc = bench_run(&o, &r);
     if (rc == 0) bench_report(&o, &r);
+    free(o.schema);
     return rc;
 }

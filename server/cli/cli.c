@@ -41,6 +41,21 @@ int cli_usage_print(const char *usage, int help) {
     return help ? 0 : 2;
 }
 
+char *cli_read_file(const char *path, size_t max) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *text = malloc(max + 1);
+    size_t len = text ? fread(text, 1, max, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!text || bad) {
+        free(text);
+        return NULL;
+    }
+    text[len] = 0;
+    return text;
+}
+
 double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

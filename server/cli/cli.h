@@ -9,6 +9,7 @@
 #ifndef ILPD_CLI_H
 #define ILPD_CLI_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 /* Runs `ilpd COMMAND ...` for the tools; returns the exit code. */
@@ -27,6 +28,10 @@ int cli_is_help(const char *arg);
 /* Prints "usage:" and USAGE: on stdout when HELP (returns 0), else on
  * stderr (returns 2, the exit code of a usage error). */
 int cli_usage_print(const char *usage, int help);
+
+/* The whole file at PATH (at most MAX bytes are read) as a malloc'd
+ * NUL-terminated string (the caller frees it), or NULL. */
+char *cli_read_file(const char *path, size_t max);
 
 /* Seconds on the monotonic clock. */
 double cli_now_s(void);

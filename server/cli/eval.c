@@ -100,13 +100,8 @@ static int nll(engine *e, const int32_t *tok, int n, int from, const uint8_t *ma
 /* Perplexity of the text file at full depth and under the probe's masks:
  * 128-token chunks, the probe deciding on each chunk's first 32 tokens. */
 static int perplexity(engine *e, const char *path, double *ppl_full, double *ppl_probe, int *chunks) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char *text = malloc(1 << 20);
-    size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
+    char *text = cli_read_file(path, (1 << 20) - 1);
     if (!text) return -1;
-    text[len] = 0;
     int32_t *tok = NULL;
     int n = engine_tokenize(e, text, 0, &tok), rc = -1;
     free(text);

@@ -442,6 +442,12 @@ static T256 void to_f16(uint16_t *out, const float *x, size_t n) {
 #undef KERN_TARGET
 #undef KERN_ATTN
 
+#define KERN_TARGET T256
+#define KERN_ROWS_R 1
+#include "kernels/cpu/kern_rows.h"
+#undef KERN_TARGET
+#undef KERN_ROWS_R
+
 static const cpu_kern kern = {
     .name = "avx2",
     .mm_f32 = mm_f32,
@@ -450,6 +456,7 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_q4_k = mm_q4_k,
+    .mm_row = {KERN_ROWS_TABLE},
     .quant_act = quant_act,
     .attn = attn,
     .dot_f32 = dot_f32,

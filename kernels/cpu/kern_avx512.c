@@ -386,7 +386,7 @@ RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
  * qh), then dotted with the activation by vpdpbusd; the sub-block scales
  * (one per 16 values) apply per dword lane in integers, the weight and
  * activation scales in float. Up to 32 tokens per pass over a row. */
-static T512 void mm_q6_k(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
+T512 void mm_q6_k_512(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
     const int nsb = a->cols / 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3), c32 = _mm512_set1_epi8(32);
     const __mmask64 upper = 0xFFFFFFFF00000000ull;
@@ -686,6 +686,12 @@ static T512 void attn(const float *q, int G, const void *k, const void *v, int f
     }
 }
 
+#define KERN_TARGET T512
+#define KERN_ROWS_R 2
+#include "kernels/cpu/kern_rows.h"
+#undef KERN_TARGET
+#undef KERN_ROWS_R
+
 static const cpu_kern kern = {
     .name = "avx512",
     .mm_f32 = mm_f32,
@@ -694,7 +700,7 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_q4_k = mm_q4_k,
-    .mm_q6_k = mm_q6_k,
+    .mm_row = {KERN_ROWS_TABLE},
     .quant_act = quant_act,
     .attn = attn,
     .dot_f32 = dot_f32,

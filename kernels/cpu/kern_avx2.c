@@ -456,7 +456,7 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_q4_k = mm_q4_k,
-    .mm_row = {KERN_ROWS_TABLE},
+    .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_row_q6_k},
     .quant_act = quant_act,
     .attn = attn,
     .dot_f32 = dot_f32,

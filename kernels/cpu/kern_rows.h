@@ -307,7 +307,7 @@ static AI KT void rows_mm(int T, const uint8_t *w, size_t rb, int rows, const ac
 }
 
 #define ROWS_FN(name, T)                                                                                             \
-    static KT void name(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {       \
+    static __attribute__((unused)) KT void name(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {       \
         rows_mm(T, w, rb, rows, a, n, out, ldo);                                                                     \
     }
 ROWS_FN(mm_row_q4_0, GGML_TYPE_Q4_0)
@@ -324,11 +324,12 @@ ROWS_FN(mm_row_q6_k, GGML_TYPE_Q6_K)
 ROWS_FN(mm_row_iq4_xs, GGML_TYPE_IQ4_XS)
 #undef ROWS_FN
 
-/* The row kernels for a cpu_kern initializer. */
+/* The row kernels for a cpu_kern initializer; Q6_K (mm_row_q6_k) is left to
+ * the including file, which may have its own. */
 #define KERN_ROWS_TABLE                                                                                              \
     [GGML_TYPE_Q4_0] = mm_row_q4_0, [GGML_TYPE_Q4_1] = mm_row_q4_1, [GGML_TYPE_Q5_0] = mm_row_q5_0,                  \
     [GGML_TYPE_Q5_1] = mm_row_q5_1, [GGML_TYPE_Q8_0] = mm_row_q8_0, [GGML_TYPE_IQ4_NL] = mm_row_iq4_nl,              \
     [GGML_TYPE_Q2_K] = mm_row_q2_k, [GGML_TYPE_Q3_K] = mm_row_q3_k, [GGML_TYPE_Q4_K] = mm_row_q4_k,                  \
-    [GGML_TYPE_Q5_K] = mm_row_q5_k, [GGML_TYPE_Q6_K] = mm_row_q6_k, [GGML_TYPE_IQ4_XS] = mm_row_iq4_xs
+    [GGML_TYPE_Q5_K] = mm_row_q5_k, [GGML_TYPE_IQ4_XS] = mm_row_iq4_xs
 
 #undef KT

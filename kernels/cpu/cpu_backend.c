@@ -4,8 +4,9 @@
  * thread pool. Activations and the KV cache live in host memory.
  *
  * Weights: weight_upload repacks Q8_0, Q4_0 and Q4_K in place into the x16
- * layout (cpu_internal.h) and marks them with dev == host (ILPD_CPU_NO_REPACK
- * keeps the file layout); everything that reads a weight (matmul, embed)
+ * layout (cpu_internal.h) when the kernel table has a kernel for it (AVX2
+ * reads Q4_K in the file layout), and marks them with dev == host
+ * (ILPD_CPU_NO_REPACK keeps the file layout); everything that reads a weight (matmul, embed)
  * understands both layouts.
  *
  * matmul: quantized weights get the activation quantized once per call
@@ -157,13 +158,19 @@ oom:
     return -1;
 }
 
+/* The kernel of repacked groups of type T in K, or NULL (no repacking then). */
+static mm_rp_fn rp_kernel(const cpu_kern *k, ggml_type t) {
+    return t == GGML_TYPE_Q8_0 ? k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? k->mm_q4_0 : t == GGML_TYPE_Q4_K ? k->mm_q4_k : NULL;
+}
+
 static int is_repacked(const kb_weight *w) { return w->dev && w->dev == w->host && repack_supported(w->type); }
 
 static int cpu_weight_upload(kb_backend *kb, kb_weight *w) {
-    (void)kb;
     if (is_repacked(w)) return 0; /* already done (a copy of an uploaded weight) */
     w->dev = NULL;
-    if (!repack_supported(w->type) || w->rows < RP_ROWS || getenv("ILPD_CPU_NO_REPACK")) return 0;
+    if (!repack_supported(w->type) || !rp_kernel(impl_of(kb)->k, w->type) || w->rows < RP_ROWS ||
+        getenv("ILPD_CPU_NO_REPACK"))
+        return 0;
     if (repack_weight(w->type, (void *)w->host, w->rows, w->cols)) return -1;
     w->dev = (void *)w->host;
     return 0;
@@ -240,10 +247,6 @@ typedef struct {
 
 static mm_float_fn float_kernel(const cpu_kern *k, ggml_type t) {
     return t == GGML_TYPE_F32 ? k->mm_f32 : t == GGML_TYPE_F16 ? k->mm_f16 : t == GGML_TYPE_BF16 ? k->mm_bf16 : NULL;
-}
-
-static mm_rp_fn rp_kernel(const cpu_kern *k, ggml_type t) {
-    return t == GGML_TYPE_Q8_0 ? k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? k->mm_q4_0 : t == GGML_TYPE_Q4_K ? k->mm_q4_k : NULL;
 }
 
 /* Returns sum_k ROW[k] * (token T's activation as quantized in A). */

@@ -366,7 +366,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
                 kb_fail(kb, "matmul: %d rows of %d are more than the scratch reserved", n, w->cols);
                 return;
             }
-            quant_job q = {c, x, &j.a, w->type == GGML_TYPE_Q2_K};
+            quant_job q = {c, x, &j.a, w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K || w->type == GGML_TYPE_Q6_K};
             PROF_BEGIN(c);
             if (n >= 8)
                 tp_run(c->pool, quant_rows, &q, (size_t)n, 1);

@@ -8,8 +8,13 @@
  * and the kernels use integer dot products (AVX-512 VNNI vpdpbusd, AVX2
  * maddubs), applying the weight and activation scales per block in float.
  *
+ * Every block type has a kernel on its file layout (mm_row; kern_rows.h
+ * for AVX2 and AVX-512: per-type decoders to int8 and one shared tile).
+ *
  * Repacked layout ("x16"): the CPU backend rewrites Q8_0, Q4_0 and Q4_K
- * weights IN PLACE at weight_upload (same bytes, same size) so that 16
+ * weights IN PLACE at weight_upload (same bytes, same size; only for the
+ * types whose kernel table has an x16 kernel: AVX2 keeps Q4_K in the file
+ * layout) so that 16
  * consecutive rows are interleaved 4 bytes at a time: one 64-byte load then
  * holds 4 quants of each of 16 rows, and one vpdpbusd with a broadcast
  * activation dword advances 16 dot products. Groups of 16 rows keep their
@@ -46,7 +51,8 @@ extern "C" {
  * Token t's values are qs[t*cols ...] = round(x / d), |q| <= 127, and for
  * each block b of 32: d[t*nb+b], m8 = -8 * sum(q), m128 = -128 * sum(q),
  * ds = d * sum(q); ds16[t*cols/16 + g] = d * sum(q) over the 16 values of
- * group g (filled by cpu_act_sums16 for the weights that need it: Q2_K). */
+ * group g (filled by cpu_act_sums16 for the weights that need it: Q2_K, Q3_K
+ * and Q6_K). */
 typedef struct {
     int8_t *qs;
     float *d;

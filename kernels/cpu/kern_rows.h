@@ -13,7 +13,8 @@
  * madd with the scales (the K-quants' integer sub-block scales, 1 for the
  * 32-value types), one float fma with the activation block's scale; per
  * super-block the weight's d, and the mins through the activation's block
- * sums (act_q8 ds, and ds16 for Q2_K's per-16 mins).
+ * sums (act_q8 ds, and ds16 for Q2_K's per-16 mins and the constant offsets
+ * of Q3_K and Q6_K, which are decoded unsigned).
  * Integer sums stay exact: |q| <= 128, |a| <= 127, scales <= 63 in size.
  *
  * A tile is R rows x TT tokens: each row's chunk is decoded once and used
@@ -48,11 +49,15 @@ static AI int rows_bb(int T) {
     default: return 136; /* IQ4_XS */
     }
 }
-/* Unsigned values with a min (w = d * q + min): the others are signed. */
+/* Unsigned values with a min (w = d * q + min) or a constant offset (Q3_K,
+ * Q6_K: decoded without it, applied per 16 through ds16): the others are
+ * signed, through the sign trick. */
 static AI int rows_unsigned(int T) {
     return T == GGML_TYPE_Q4_1 || T == GGML_TYPE_Q5_1 || T == GGML_TYPE_Q2_K || T == GGML_TYPE_Q4_K ||
-           T == GGML_TYPE_Q5_K;
+           T == GGML_TYPE_Q5_K || T == GGML_TYPE_Q3_K || T == GGML_TYPE_Q6_K;
 }
+/* The offset subtracted from the decoded values of Q3_K and Q6_K. */
+static AI int rows_offset(int T) { return T == GGML_TYPE_Q6_K ? 32 : T == GGML_TYPE_Q3_K ? 4 : 0; }
 /* Sub-block scales applied in integers (the 256-value types). */
 static AI int rows_scaled(int T) { return rows_qk(T) == 256; }
 
@@ -184,11 +189,11 @@ static AI KT __m256i rows_chunk(int T, const uint8_t *b, const rows_prep *p, int
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (c / 4)));
         return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), m3);
     }
-    case GGML_TYPE_Q3_K: { /* 2 low bits; the third bit set means no offset, clear minus 4 */
+    case GGML_TYPE_Q3_K: { /* 2 low bits; the third bit set means no offset, clear minus 4 (rows_offset) */
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (c / 4)));
         __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), m3);
         __m256i hb = _mm256_and_si256(_mm256_srli_epi16(p->hi, c), one);
-        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
     }
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K: {
@@ -197,13 +202,13 @@ static AI KT __m256i rows_chunk(int T, const uint8_t *b, const rows_prep *p, int
         if (T == GGML_TYPE_Q4_K) return q;
         return _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(p->hi, c), one), 4));
     }
-    default: { /* Q6_K: 4 bits from ql, 2 from qh, minus 32 */
+    default: { /* Q6_K: 4 bits from ql, 2 from qh (minus 32: rows_offset) */
         int h = c / 4, k = c % 4;
         __m256i l = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (k & 1)));
         l = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
         __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
         hb = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
-        return _mm256_sub_epi8(_mm256_or_si256(l, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
+        return _mm256_or_si256(l, _mm256_slli_epi16(hb, 4));
     }
     }
 }
@@ -271,13 +276,16 @@ static AI KT void rows_tile(int T, int R, int TT, const uint8_t *w, size_t rb, c
             for (int t = 0; t < TT; t++) {
                 size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc;
                 acc[r][t] = _mm256_fmadd_ps(s[r][t], _mm256_set1_ps(p[r].d), acc[r][t]);
-                if (T == GGML_TYPE_Q2_K) { /* - dmin * m_g * (d times the sum of group g of 16) */
+                if (T == GGML_TYPE_Q2_K || rows_offset(T)) {
+                    /* Q2_K: - dmin * m_g * S_g; Q3_K, Q6_K: - offset * d * sc_g * S_g, with S_g
+                     * the activation's d times the sum of its group g of 16 (ds16) */
                     const float *s16 = a->ds16 + 2 * blk;
-                    __m256 dm = _mm256_set1_ps(p[r].dm);
-                    __m256 m0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p[r].mn));
-                    __m256 m1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(p[r].mn, p[r].mn)));
-                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m0, dm), _mm256_loadu_ps(s16), acc[r][t]);
-                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m1, dm), _mm256_loadu_ps(s16 + 8), acc[r][t]);
+                    __m128i v = T == GGML_TYPE_Q2_K ? p[r].mn : p[r].sc;
+                    __m256 f = _mm256_set1_ps(T == GGML_TYPE_Q2_K ? p[r].dm : (float)rows_offset(T) * p[r].d);
+                    __m256 m0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                    __m256 m1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m0, f), _mm256_loadu_ps(s16), acc[r][t]);
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m1, f), _mm256_loadu_ps(s16 + 8), acc[r][t]);
                 }
                 if (T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K) { /* - dmin * m_j * (the sum of block j) */
                     __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p[r].mn));

@@ -1,6 +1,6 @@
 /* cpu_backend.c - the CPU implementation of backend.h: SIMD kernels chosen
  * at run time (cpu_internal.h: AVX-512+VNNI, AVX2+FMA+F16C or scalar; the
- * environment variable ILPD_CPU_ISA=avx2|scalar caps the choice) run over a
+ * environment variable ILPD_CPU_ISA=avx512|avx2|scalar caps the choice) run over a
  * thread pool. Activations and the KV cache live in host memory.
  *
  * Weights: weight_upload repacks Q8_0, Q4_0 and Q4_K in place into the x16

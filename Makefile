@@ -132,10 +132,12 @@ install: $(BIN)
 # Speed benchmarks: makes the synthetic bench models when missing (bench/models/,
 # git-ignored; scripts/make/make_bench_models.sh), then runs `ilpd bench` on each and
 # prints a table (scripts/make/bench.sh; LLAMA_BENCH=path/to/llama-bench adds
-# llama.cpp's numbers on the same files).
+# llama.cpp's numbers on the same files, LLAMA_QUANTIZE=path/to/llama-quantize
+# the files of llama.cpp's presets, ROUNDS=2 two interleaved rounds with the
+# ratios, ISA=avx2 caps ilpd's kernels; see the scripts).
 BENCH_THREADS ?= 2
 bench: $(BIN)
-	@scripts/make/make_bench_models.sh
+	@LLAMA_QUANTIZE=$(LLAMA_QUANTIZE) scripts/make/make_bench_models.sh
 	@ILPD=$(abspath $(BIN)) THREADS=$(BENCH_THREADS) scripts/make/bench.sh
 
 clean:

@@ -1,18 +1,19 @@
 /* cpu_backend.c - the CPU implementation of backend.h: SIMD kernels chosen
  * at run time (cpu_internal.h: AVX-512+VNNI, AVX2+FMA+F16C or scalar; the
- * environment variable ILPD_CPU_ISA=avx2|scalar caps the choice) run over a
+ * environment variable ILPD_CPU_ISA=avx512|avx2|scalar caps the choice) run over a
  * thread pool. Activations and the KV cache live in host memory.
  *
  * Weights: weight_upload repacks Q8_0, Q4_0 and Q4_K in place into the x16
- * layout (cpu_internal.h) and marks them with dev == host (ILPD_CPU_NO_REPACK
- * keeps the file layout); everything that reads a weight (matmul, embed)
+ * layout (cpu_internal.h) when the kernel table has a kernel for it (AVX2
+ * reads Q4_K in the file layout), and marks them with dev == host
+ * (ILPD_CPU_NO_REPACK keeps the file layout); everything that reads a weight (matmul, embed)
  * understands both layouts.
  *
  * matmul: quantized weights get the activation quantized once per call
- * (int8 blocks of 32) and integer kernels (repacked groups of 16 rows, Q6_K
- * rows, file-layout rows dequantized as a fallback: the only path of the
- * types without kernels, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and
- * IQ4_XS); float weights run
+ * (int8 blocks of 32) and integer kernels: repacked groups of 16 rows, and
+ * rows in the file layout (every block type on AVX2 and AVX-512,
+ * kern_rows.h; the tail rows of a repacked weight too); the scalar table
+ * dequantizes the rows of the types it has no kernel for; float weights run
  * register tiles of 4 rows x 4 tokens (prefill: panels of weights converted
  * to float once and reused from L1 across every token). Rows are split in
  * one contiguous range per thread, the last chunks balanced by stealing.
@@ -98,12 +99,13 @@ static void cpu_copy(kb_backend *kb, void *dst, const void *src, size_t bytes) {
 }
 
 /* Bytes of the quantized activation of N tokens of COLS (cols a multiple of
- * CPU_QK): the int8 values, then four arrays of per-block numbers. */
+ * CPU_QK): the int8 values, then four arrays of per-block numbers, then the
+ * per-16 sums (twice the size of one of those). */
 static size_t act_size(size_t n, size_t cols, size_t *qs_bytes, size_t *fl_bytes) {
     size_t nb = cols / CPU_QK, qs = (n * cols + 63) / 64 * 64, fl = (n * nb * 4 + 63) / 64 * 64;
     if (qs_bytes) *qs_bytes = qs;
     if (fl_bytes) *fl_bytes = fl;
-    return qs + 4 * fl;
+    return qs + 6 * fl;
 }
 
 /* Allocates BYTES for the scratch, unless a test armed a failure: NULL. */
@@ -156,13 +158,19 @@ oom:
     return -1;
 }
 
+/* The kernel of repacked groups of type T in K, or NULL (no repacking then). */
+static mm_rp_fn rp_kernel(const cpu_kern *k, ggml_type t) {
+    return t == GGML_TYPE_Q8_0 ? k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? k->mm_q4_0 : t == GGML_TYPE_Q4_K ? k->mm_q4_k : NULL;
+}
+
 static int is_repacked(const kb_weight *w) { return w->dev && w->dev == w->host && repack_supported(w->type); }
 
 static int cpu_weight_upload(kb_backend *kb, kb_weight *w) {
-    (void)kb;
     if (is_repacked(w)) return 0; /* already done (a copy of an uploaded weight) */
     w->dev = NULL;
-    if (!repack_supported(w->type) || w->rows < RP_ROWS || getenv("ILPD_CPU_NO_REPACK")) return 0;
+    if (!repack_supported(w->type) || !rp_kernel(impl_of(kb)->k, w->type) || w->rows < RP_ROWS ||
+        getenv("ILPD_CPU_NO_REPACK"))
+        return 0;
     if (repack_weight(w->type, (void *)w->host, w->rows, w->cols)) return -1;
     w->dev = (void *)w->host;
     return 0;
@@ -234,15 +242,11 @@ typedef struct {
     size_t row_bytes, group_bytes;
     mm_float_fn fmm;      /* float weights */
     mm_rp_fn qmm;         /* repacked groups */
-    int q6;               /* Q6_K rows by the integer kernel */
+    mm_row_fn rowk;       /* file-layout rows by an integer kernel, or NULL */
 } matmul_job;
 
 static mm_float_fn float_kernel(const cpu_kern *k, ggml_type t) {
     return t == GGML_TYPE_F32 ? k->mm_f32 : t == GGML_TYPE_F16 ? k->mm_f16 : t == GGML_TYPE_BF16 ? k->mm_bf16 : NULL;
-}
-
-static mm_rp_fn rp_kernel(const cpu_kern *k, ggml_type t) {
-    return t == GGML_TYPE_Q8_0 ? k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? k->mm_q4_0 : t == GGML_TYPE_Q4_K ? k->mm_q4_k : NULL;
 }
 
 /* Returns sum_k ROW[k] * (token T's activation as quantized in A). */
@@ -276,13 +280,14 @@ static void matmul_items(void *ctx, size_t b, size_t e, int ith) {
                j->out + (size_t)b * RP_ROWS, rows);
         b = (size_t)g1;
     }
-    if (j->q6) {
-        j->c->k->mm_q6_k((const uint8_t *)w->host + b * j->row_bytes, j->row_bytes, (int)(e - b), &j->a, j->n,
-                         j->out + b, rows);
+    if (b < e && j->rowk) { /* item it >= ng is row it - ng + 16 ng */
+        size_t r0 = b - (size_t)j->ng + (size_t)j->ng * RP_ROWS;
+        j->rowk((const uint8_t *)w->host + r0 * j->row_bytes, j->row_bytes, (int)(e - b), &j->a, j->n, j->out + r0,
+                rows);
         return;
     }
-    /* rows in the file layout (a tail of fewer than 16 rows, or a type
-     * without an integer kernel on this CPU): dequantized, then dotted with
+    /* rows in the file layout of a type without a row kernel on this CPU
+     * (the scalar table): dequantized, then dotted with
      * the same quantized activation the integer kernels use, so that every
      * row of a quantized weight has one arithmetic whatever the CPU */
     float *row = j->c->scratch[ith];
@@ -302,15 +307,18 @@ typedef struct {
     cpu_impl *c;
     const float *x;
     act_q8 *a;
+    int sums16; /* fill a->ds16 too */
 } quant_job;
 
 static void quant_rows(void *ctx, size_t b, size_t e, int ith) {
     (void)ith;
     quant_job *q = ctx;
     act_q8 *a = q->a;
-    for (size_t t = b; t < e; t++)
+    for (size_t t = b; t < e; t++) {
         q->c->k->quant_act(q->x + t * a->cols, a->cols, a->qs + t * a->cols, a->d + t * a->nb, a->m8 + t * a->nb,
                            a->m128 + t * a->nb, a->ds + t * a->nb);
+        if (q->sums16) cpu_act_sums16(a->qs + t * a->cols, a->d + t * a->nb, a->cols, a->ds16 + t * 2 * a->nb);
+    }
 }
 
 /* Points A at room for n tokens of COLS in c->act_mem; 0, or -1 when the
@@ -324,6 +332,7 @@ static int act_prepare(cpu_impl *c, act_q8 *a, int n, int cols) {
     a->m8 = (int32_t *)(p + qs + fl);
     a->m128 = (int32_t *)(p + qs + 2 * fl);
     a->ds = (float *)(p + qs + 3 * fl);
+    a->ds16 = (float *)(p + qs + 4 * fl);
     a->cols = cols;
     a->nb = (int)nb;
     return 0;
@@ -346,9 +355,9 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
     if (j.fmm) {
         items = ((size_t)w->rows + 3) / 4;
     } else {
-        j.q6 = w->type == GGML_TYPE_Q6_K && c->k->mm_q6_k && w->cols % 256 == 0;
         if (w->cols % CPU_QK == 0) { /* always so for the quantized types */
-            if (is_repacked(w) && !j.q6) {
+            j.rowk = cpu_row_kernel(c->k, w->type);
+            if (is_repacked(w)) {
                 j.qmm = rp_kernel(c->k, w->type);
                 j.ng = w->rows / RP_ROWS;
                 j.group_bytes = RP_ROWS * j.row_bytes;
@@ -357,7 +366,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
                 kb_fail(kb, "matmul: %d rows of %d are more than the scratch reserved", n, w->cols);
                 return;
             }
-            quant_job q = {c, x, &j.a};
+            quant_job q = {c, x, &j.a, w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K || w->type == GGML_TYPE_Q6_K};
             PROF_BEGIN(c);
             if (n >= 8)
                 tp_run(c->pool, quant_rows, &q, (size_t)n, 1);

@@ -2,14 +2,19 @@
  * chosen at run time (scalar, AVX2+FMA+F16C, AVX-512 with VNNI), the
  * quantized activation format, and the repacked weight layouts.
  *
- * Quantized matmuls (Q8_0, Q4_0, Q4_K) never dequantize weights to float:
+ * Quantized matmuls never dequantize weights to float:
  * the activation is quantized once per matmul into blocks of 32 int8 with a
  * float scale (act_q8, finer than llama.cpp's per-256 Q8_K for the K-quants)
  * and the kernels use integer dot products (AVX-512 VNNI vpdpbusd, AVX2
  * maddubs), applying the weight and activation scales per block in float.
  *
+ * Every block type has a kernel on its file layout (mm_row; kern_rows.h
+ * for AVX2 and AVX-512: per-type decoders to int8 and one shared tile).
+ *
  * Repacked layout ("x16"): the CPU backend rewrites Q8_0, Q4_0 and Q4_K
- * weights IN PLACE at weight_upload (same bytes, same size) so that 16
+ * weights IN PLACE at weight_upload (same bytes, same size; only for the
+ * types whose kernel table has an x16 kernel: AVX2 keeps Q4_K in the file
+ * layout) so that 16
  * consecutive rows are interleaved 4 bytes at a time: one 64-byte load then
  * holds 4 quants of each of 16 rows, and one vpdpbusd with a broadcast
  * activation dword advances 16 dot products. Groups of 16 rows keep their
@@ -45,14 +50,19 @@ extern "C" {
 /* A quantized activation: n tokens of COLS values (cols % 32 == 0).
  * Token t's values are qs[t*cols ...] = round(x / d), |q| <= 127, and for
  * each block b of 32: d[t*nb+b], m8 = -8 * sum(q), m128 = -128 * sum(q),
- * ds = d * sum(q). */
+ * ds = d * sum(q); ds16[t*cols/16 + g] = d * sum(q) over the 16 values of
+ * group g (filled by cpu_act_sums16 for the weights that need it: Q2_K, Q3_K
+ * and Q6_K). */
 typedef struct {
     int8_t *qs;
     float *d;
     int32_t *m8, *m128;
-    float *ds;
+    float *ds, *ds16;
     int cols, nb;
 } act_q8;
+
+/* Writes ds16 (cols / 16 values) of one token from its QS and block scales D. */
+void cpu_act_sums16(const int8_t *qs, const float *d, int cols, float *ds16);
 
 /* out[t*ldo + r] = sum_k W[r][k] * x[t*ldx + k] for r < rows, t < n, with W
  * row-major in its file type (F32, F16 or BF16), ROW_BYTES apart. Any cols.
@@ -66,13 +76,18 @@ typedef void (*mm_float_fn)(const void *w, size_t row_bytes, int rows, const flo
 typedef void (*mm_rp_fn)(const uint8_t *w, size_t group_bytes, int ng, const act_q8 *a, int n, float *out,
                          int ldo);
 
+/* ROWS rows of a block type in the file layout (ROW_BYTES apart) against a
+ * quantized activation of n tokens: out[t*ldo + r] for r < rows. */
+typedef void (*mm_row_fn)(const uint8_t *w, size_t row_bytes, int rows, const act_q8 *a, int n, float *out, int ldo);
+#define CPU_ROW_TYPES 24 /* ggml type numbers up to IQ4_XS (23) */
+
 typedef struct {
     const char *name;
     mm_float_fn mm_f32, mm_f16, mm_bf16;
-    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k;
-    /* Q6_K rows in the file layout (not repacked) against a quantized
-     * activation: out[t*ldo + r] for r < rows; NULL: dequantize instead. */
-    void (*mm_q6_k)(const uint8_t *w, size_t row_bytes, int rows, const act_q8 *a, int n, float *out, int ldo);
+    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k; /* NULL: that type is not repacked (file-layout rows) */
+    /* Rows of a block type in the file layout (not repacked), indexed by
+     * the ggml type: see mm_row_fn; NULL: the rows are dequantized instead. */
+    mm_row_fn mm_row[CPU_ROW_TYPES];
     /* Quantizes token row X (cols % 32 == 0) into block form at block index 0 of the pointers. */
     void (*quant_act)(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds);
     /* Causal attention of G query heads (Q: G rows of HD) sharing one KV
@@ -108,6 +123,8 @@ extern const cpu_kern cpu_kern_scalar;
 const cpu_kern *cpu_kern_avx2(void);   /* NULL when the CPU lacks AVX2/FMA/F16C */
 const cpu_kern *cpu_kern_avx512(void); /* NULL when the CPU lacks AVX-512 F/BW/VL/VNNI */
 const cpu_kern *cpu_kern_best(void);
+/* The file-layout row kernel of type T in K, or NULL. */
+mm_row_fn cpu_row_kernel(const cpu_kern *k, ggml_type t);
 
 /* Repacking (repack.c). */
 int repack_supported(ggml_type t);

@@ -1,6 +1,8 @@
 /* kern_avx2.c - AVX2 + FMA + F16C kernels, for x86-64 CPUs without
  * AVX-512. Integer dot products use maddubs (u8 x s8 -> s16 pairs) and
- * madd against ones; the x16 groups are read as two halves of 8 rows. */
+ * madd against ones; the x16 groups of Q4_0 and Q8_0 are read as two halves
+ * of 8 rows; every other block type, Q4_K included (measured faster than
+ * its x16 layout here), runs in the file layout (kern_rows.h). */
 #include "kernels/cpu/cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ILPD_NO_SIMD)
@@ -189,62 +191,6 @@ static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_
     for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
 }
 
-static AI T256 void q4k_tile(int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, nsb = nb / 8;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi32(3), m15 = _mm256_set1_epi32(15);
-    const int8_t *aq[2];
-    const float *ad[2], *ads[2];
-    __m256 accf[2];
-    for (int j = 0; j < TT; j++) {
-        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
-        ad[j] = a->d + (size_t)(t0 + j) * nb;
-        ads[j] = a->ds + (size_t)(t0 + j) * nb;
-        accf[j] = _mm256_setzero_ps();
-    }
-    for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *o = g + (size_t)sb * 16 * 144;
-        __m256 accsc[2], accm[2];
-        for (int j = 0; j < TT; j++) accsc[j] = accm[j] = _mm256_setzero_ps();
-        for (int c = 0; c < 4; c++) {
-            __m256i accA[2], accB[2];
-            for (int j = 0; j < TT; j++) accA[j] = accB[j] = _mm256_setzero_si256();
-            const uint8_t *q = o + 256 + (size_t)c * 8 * 64 + 32 * h;
-            for (int k = 0; k < 8; k++) {
-                __m256i L = _mm256_loadu_si256((const __m256i *)(q + 64 * k));
-                __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
-                for (int j = 0; j < TT; j++) {
-                    const int8_t *ab = aq[j] + 256 * sb + 64 * c + 4 * k;
-                    accA[j] = _mm256_add_epi32(accA[j], dot4(lo, _mm256_set1_epi32(ld32(ab))));
-                    accB[j] = _mm256_add_epi32(accB[j], dot4(hi, _mm256_set1_epi32(ld32(ab + 32))));
-                }
-            }
-            __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 192 + 16 * c + 8 * h)));
-            for (int hh = 0; hh < 2; hh++) {
-                int jj = 2 * c + hh;
-                __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 64 + 16 * jj + 8 * h)));
-                __m256i hs = _mm256_srli_epi32(hi, 4 * hh);
-                __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, m15), _mm256_slli_epi32(_mm256_and_si256(hs, m3), 4));
-                __m256i mn = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
-                                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hs, 2), m3), 4));
-                __m256 scf = _mm256_cvtepi32_ps(sc), mf = _mm256_cvtepi32_ps(mn);
-                for (int j = 0; j < TT; j++) {
-                    __m256i ai = hh ? accB[j] : accA[j];
-                    accsc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), _mm256_mul_ps(scf, _mm256_set1_ps(ad[j][8 * sb + jj])),
-                                               accsc[j]);
-                    accm[j] = _mm256_fmadd_ps(mf, _mm256_set1_ps(ads[j][8 * sb + jj]), accm[j]);
-                }
-            }
-        }
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
-        __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
-        for (int j = 0; j < TT; j++) {
-            accf[j] = _mm256_fmadd_ps(d, accsc[j], accf[j]);
-            accf[j] = _mm256_fnmadd_ps(dm, accm[j], accf[j]);
-        }
-    }
-    for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
-}
-
 static T256 void mm_q4_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
     for (int g = 0; g < ng; g++)
         for (int h = 0; h < 2; h++) {
@@ -264,17 +210,6 @@ static T256 void mm_q8_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *
             int t = 0;
             for (; t + 4 <= n; t += 4) q32_tile(0, 4, gp, h, a, t, og, ldo);
             for (; t < n; t++) q32_tile(0, 1, gp, h, a, t, og, ldo);
-        }
-}
-
-static T256 void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    for (int g = 0; g < ng; g++)
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *gp = w + (size_t)g * gbytes;
-            float *og = out + (size_t)g * RP_ROWS;
-            int t = 0;
-            for (; t + 2 <= n; t += 2) q4k_tile(2, gp, h, a, t, og, ldo);
-            for (; t < n; t++) q4k_tile(1, gp, h, a, t, og, ldo);
         }
 }
 
@@ -442,6 +377,12 @@ static T256 void to_f16(uint16_t *out, const float *x, size_t n) {
 #undef KERN_TARGET
 #undef KERN_ATTN
 
+#define KERN_TARGET T256
+#define KERN_ROWS_R 2
+#include "kernels/cpu/kern_rows.h"
+#undef KERN_TARGET
+#undef KERN_ROWS_R
+
 static const cpu_kern kern = {
     .name = "avx2",
     .mm_f32 = mm_f32,
@@ -449,7 +390,7 @@ static const cpu_kern kern = {
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
-    .mm_q4_k = mm_q4_k,
+    .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_row_q6_k},
     .quant_act = quant_act,
     .attn = attn,
     .dot_f32 = dot_f32,

@@ -686,6 +686,12 @@ static T512 void attn(const float *q, int G, const void *k, const void *v, int f
     }
 }
 
+#define KERN_TARGET T512
+#define KERN_ROWS_R 2
+#include "kernels/cpu/kern_rows.h"
+#undef KERN_TARGET
+#undef KERN_ROWS_R
+
 static const cpu_kern kern = {
     .name = "avx512",
     .mm_f32 = mm_f32,
@@ -694,7 +700,7 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_q4_k = mm_q4_k,
-    .mm_q6_k = mm_q6_k,
+    .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k}, /* its own Q6_K: 64-byte vpdpbusd, faster in prefill */
     .quant_act = quant_act,
     .attn = attn,
     .dot_f32 = dot_f32,

@@ -230,7 +230,7 @@ const cpu_kern cpu_kern_scalar = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_q4_k = mm_q4_k,
-    .mm_q6_k = mm_q6_k,
+    .mm_row = {[GGML_TYPE_Q6_K] = mm_q6_k},
     .quant_act = quant_act,
     .attn = attn,
     .dot_f32 = dot_f32,
@@ -244,6 +244,18 @@ const cpu_kern cpu_kern_scalar = {
     .add = add,
     .to_f16 = to_f16,
 };
+
+void cpu_act_sums16(const int8_t *qs, const float *d, int cols, float *ds16) {
+    for (int g = 0; g < cols / 16; g++) {
+        int s = 0;
+        for (int i = 0; i < 16; i++) s += qs[16 * g + i];
+        ds16[g] = d[g / 2] * (float)s;
+    }
+}
+
+mm_row_fn cpu_row_kernel(const cpu_kern *k, ggml_type t) {
+    return (unsigned)t < CPU_ROW_TYPES ? k->mm_row[t] : NULL;
+}
 
 const cpu_kern *cpu_kern_best(void) {
     static const cpu_kern *best;

@@ -1,9 +1,12 @@
 /* cuda_backend.cu - the CUDA implementation of backend.h.
  *
  * One device, one stream, one cuBLAS handle. Weights are uploaded once in
- * their file format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; weight_upload
- * refuses the other types, so that a model using them fails to load here and
- * --device auto runs it on the CPU); activations and the KV cache (F32 or
+ * their file format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K), or, for the
+ * types without device kernels yet (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
+ * IQ4_NL, IQ4_XS), dequantised on the host at upload and stored as F16 (so
+ * they run as F16 weights: more device memory and bandwidth than their
+ * format, a first step; their own kernels belong to the GPU work); any
+ * other type is refused naming it. Activations and the KV cache (F32 or
  * F16) live in device memory.
  *
  * matmul, by the number of rows n:
@@ -785,28 +788,59 @@ oom:
     return -1;
 }
 
-/* The weight types this backend's kernels decode (dq_elem, the dequantise and
- * dp4a kernels); the others (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL,
- * IQ4_XS: the CPU backend reads them) are refused at upload. */
+/* The weight types this backend's kernels decode in their own format
+ * (dq_elem, the dequantise and dp4a kernels): 1; the types dequantised to
+ * F16 at upload: 2; the others: 0 (refused at upload). */
 static int cu_type_supported(ggml_type t) {
     switch (t) {
     case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_K: case GGML_TYPE_Q6_K: return 1;
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K: case GGML_TYPE_Q5_K: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: return 2;
     default: return 0;
     }
+}
+
+/* The type of W's device copy: its own, or F16 when dequantised at upload. */
+static ggml_type dev_type(const kb_weight *w) { return cu_type_supported(w->type) == 2 ? GGML_TYPE_F16 : w->type; }
+
+/* Dequantises W's rows on the host, a few at a time, into the F16 device
+ * buffer DST; 0 or -1 (out of host memory, a failed copy). */
+static int upload_as_f16(cu_impl *c, const kb_weight *w, uint16_t *dst) {
+    size_t rb = ggml_row_bytes(w->type, (uint64_t)w->cols), per = (size_t)w->cols;
+    int tile = (int)((4u << 20) / (per * 2)) + 1;
+    float *row = static_cast<float *>(malloc(per * sizeof(float)));
+    uint16_t *stage = static_cast<uint16_t *>(malloc((size_t)tile * per * 2));
+    int rc = row && stage ? 0 : -1;
+    for (int r0 = 0; rc == 0 && r0 < w->rows; r0 += tile) {
+        int tr = w->rows - r0 < tile ? w->rows - r0 : tile;
+        for (int r = 0; r < tr; r++) {
+            quant_dequantize_row(w->type, static_cast<const uint8_t *>(w->host) + (size_t)(r0 + r) * rb, row, w->cols);
+            for (size_t k = 0; k < per; k++) stage[(size_t)r * per + k] = quant_f32_to_f16(row[k]);
+        }
+        if (rt_copy(c, dst + (size_t)r0 * per, stage, (size_t)tr * per * 2, H2D) || rt_sync(c)) rc = -1;
+    }
+    free(row);
+    free(stage);
+    return rc;
 }
 
 static int cu_weight_upload(kb_backend *kb, kb_weight *w) {
     cu_impl *c = impl_of(kb);
     if (w->dev) return 0; /* already ours */
-    if (!cu_type_supported(w->type)) {
-        kb_fail(kb, "weight_upload: %s weights are not supported by the CUDA backend", ggml_type_name(w->type));
+    int how = cu_type_supported(w->type);
+    if (!how) {
+        kb_fail(kb, "weight_upload: %s weights (type %d) are not supported by the CUDA backend", ggml_type_name(w->type),
+                (int)w->type);
         return -1;
     }
-    size_t bytes = w->nbytes ? w->nbytes : (size_t)w->rows * ggml_row_bytes(w->type, (uint64_t)w->cols);
+    size_t bytes = how == 2 ? (size_t)w->rows * (size_t)w->cols * 2
+                   : w->nbytes ? w->nbytes : (size_t)w->rows * ggml_row_bytes(w->type, (uint64_t)w->cols);
     void *p = rt_malloc(c, bytes);
     if (!p) return -1;
-    if (rt_copy(c, p, w->host, bytes, H2D) || rt_sync(c)) {
+    int rc = how == 2 ? upload_as_f16(c, w, static_cast<uint16_t *>(p)) : rt_copy(c, p, w->host, bytes, H2D) || rt_sync(c);
+    if (rc) {
+        if (how == 2) kb_fail(kb, "weight_upload: out of host memory to dequantise a %s weight", ggml_type_name(w->type));
         rt_free(c, p);
         return -1;
     }
@@ -826,13 +860,14 @@ static void cu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int
     cu_impl *c = impl_of(kb);
     if (n <= 0) return;
     if (!emb->dev) return report(c, "embed", "the embedding is not uploaded");
-    size_t rb = ggml_row_bytes(emb->type, (uint64_t)emb->cols);
+    ggml_type dt = dev_type(emb);
+    size_t rb = ggml_row_bytes(dt, (uint64_t)emb->cols);
     int cap = (int)(c->ids.cap / 4);
     if (cap < 1) return report(c, "embed", "no scratch reserved for the token ids");
     for (int i0 = 0; i0 < n; i0 += cap) {
         int m = n - i0 < cap ? n - i0 : cap;
         if (rt_copy(c, c->ids.p, tokens + i0, (size_t)m * 4, H2D)) return;
-        launch(c, "embed", k_embed, dim3((unsigned)m), dim3(EW_THREADS), 0, (int)emb->type,
+        launch(c, "embed", k_embed, dim3((unsigned)m), dim3(EW_THREADS), 0, (int)dt,
                static_cast<const uint8_t *>(emb->dev), rb, emb->rows, emb->cols,
                static_cast<const int32_t *>(c->ids.p), out + (size_t)i0 * emb->cols);
         if (m < n - i0) rt_sync(c); /* the ids buffer is reused */
@@ -926,6 +961,9 @@ static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const floa
     cu_impl *c = impl_of(kb);
     if (n <= 0) return;
     if (!w->dev) return report(c, "matmul", "the weight is not uploaded");
+    kb_weight dw = *w; /* as the device holds it (F16 for the types dequantised at upload) */
+    dw.type = dev_type(w);
+    w = &dw;
     size_t rb = ggml_row_bytes(w->type, (uint64_t)w->cols);
     if (c->ref) return matmul_ref(c, out, w, x, n, rb);
     if (c->gemm_min_n > 0 && n >= c->gemm_min_n && matmul_gemm(c, out, w, x, n, rb) == 0) return;

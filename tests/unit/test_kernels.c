@@ -47,13 +47,17 @@ static uint8_t *make_weight(ggml_type t, int rows, int cols) {
             for (int k = 0; k < cols; k++) ((uint16_t *)row)[k] = to_bf16(frand());
         } else {
             for (size_t o = 0; o < rb; o += bb) {
+                /* the offsets of the scale d and of the min's scale (none: -1) */
+                int od = t == GGML_TYPE_Q6_K ? 208 : t == GGML_TYPE_Q3_K ? 108 : t == GGML_TYPE_Q2_K ? 80 : 0;
+                int om = t == GGML_TYPE_Q2_K ? 82
+                         : t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 ? 2
+                                                                                                                   : -1;
                 uint16_t d = quant_f32_to_f16(0.5f / 64 + (float)(rnd() % 100) / 6400);
-                memcpy(row + o, &d, 2);
-                if (t == GGML_TYPE_Q4_K) {
+                memcpy(row + o + od, &d, 2);
+                if (om >= 0) {
                     uint16_t dm = quant_f32_to_f16((float)(rnd() % 100) / 6400);
-                    memcpy(row + o + 2, &dm, 2);
+                    memcpy(row + o + om, &dm, 2);
                 }
-                if (t == GGML_TYPE_Q6_K) memcpy(row + o + 208, &d, 2);
             }
         }
     }
@@ -130,6 +134,7 @@ static void act_alloc(act_q8 *a, int n, int cols) {
     a->m8 = malloc(sizeof(int32_t) * n * a->nb);
     a->m128 = malloc(sizeof(int32_t) * n * a->nb);
     a->ds = malloc(sizeof(float) * n * a->nb);
+    a->ds16 = malloc(sizeof(float) * n * 2 * a->nb);
 }
 
 static void act_free(act_q8 *a) {
@@ -138,6 +143,7 @@ static void act_free(act_q8 *a) {
     free(a->m8);
     free(a->m128);
     free(a->ds);
+    free(a->ds16);
 }
 
 static void test_quant_act(const isa *I) {
@@ -169,6 +175,10 @@ static void test_quant_mm(const isa *I) {
     for (int ti = 0; ti < 3; ti++) {
         ggml_type t = types[ti];
         mm_rp_fn fn = t == GGML_TYPE_Q8_0 ? I->k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? I->k->mm_q4_0 : I->k->mm_q4_k;
+        if (!fn) {
+            SKIP("%s: %s is not repacked on this path (file-layout rows)", I->name, ggml_type_name(t));
+            continue;
+        }
         int colsv[] = {256, 512, 768};
         double worst = 0;
         int bad_repack = 0;
@@ -219,43 +229,58 @@ static void test_quant_mm(const isa *I) {
     }
 }
 
-static void test_q6k(const isa *I) {
-    if (!I->k->mm_q6_k) {
-        SKIP("%s: Q6_K has no integer kernel on this path (rows are dequantized)", I->name);
-        return;
-    }
-    double worst = 0;
-    for (int cols = 256; cols <= 768; cols += 512)
-        for (int n = 1; n <= 37; n += 12) {
-            int rows = 5;
-            size_t rb = ggml_row_bytes(GGML_TYPE_Q6_K, (uint64_t)cols);
-            uint8_t *w = make_weight(GGML_TYPE_Q6_K, rows, cols);
-            float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
-            float *row = malloc(sizeof(float) * cols), *xa = malloc(sizeof(float) * cols);
-            for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
-            act_q8 a;
-            act_alloc(&a, n, cols);
-            for (int j = 0; j < n; j++)
-                I->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
-                                a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
-            I->k->mm_q6_k(w, rb, rows, &a, n, out, rows);
-            for (int r = 0; r < rows; r++) {
-                quant_dequantize_row(GGML_TYPE_Q6_K, w + r * rb, row, cols);
-                for (int j = 0; j < n; j++) {
-                    act_dequant(&a, j, xa);
-                    double mag, want = ref_dot(row, xa, cols, &mag);
-                    worst = fmax(worst, fabs(out[j * rows + r] - want) / (mag + 1e-30));
-                }
-            }
-            act_free(&a);
-            free(w);
-            free(x);
-            free(out);
-            free(row);
-            free(xa);
+/* The file-layout row kernels of every block type: 1 token (generation)
+ * and prefill tiles with tails, rows not a multiple of the tiles, widths of
+ * several blocks; against F32 sums of the dequantized weights times the
+ * activation as quantized. Tolerance: 2e-6 of sum |w x| (the kernels sum
+ * exactly in integers and scale in float). */
+static void test_row_mm(const isa *I) {
+    static const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                      GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+                                      GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS};
+    static const int tokens[] = {1, 2, 5, 9, 37};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        ggml_type t = types[ti];
+        mm_row_fn fn = cpu_row_kernel(I->k, t);
+        if (!fn) {
+            SKIP("%s: %s has no row kernel on this path (rows are dequantized)", I->name, ggml_type_name(t));
+            continue;
         }
-    CHECK(worst < 2e-6, "%s: Q6_K matmul vs dequantized weights x quantized activation, 1..37 tokens "
-                        "(worst relative error %.2g)", I->name, worst);
+        double worst = 0;
+        for (int cols = 256; cols <= 768; cols += 512)
+            for (size_t ni = 0; ni < sizeof tokens / sizeof *tokens; ni++) {
+                int n = tokens[ni], rows = 19;
+                size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+                uint8_t *w = make_weight(t, rows, cols);
+                float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
+                float *row = malloc(sizeof(float) * cols), *xa = malloc(sizeof(float) * cols);
+                for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
+                act_q8 a;
+                act_alloc(&a, n, cols);
+                for (int j = 0; j < n; j++) {
+                    I->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
+                                    a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
+                    cpu_act_sums16(a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb, cols, a.ds16 + (size_t)j * 2 * a.nb);
+                }
+                fn(w, rb, rows, &a, n, out, rows);
+                for (int r = 0; r < rows; r++) {
+                    quant_dequantize_row(t, w + r * rb, row, cols);
+                    for (int j = 0; j < n; j++) {
+                        act_dequant(&a, j, xa);
+                        double mag, want = ref_dot(row, xa, cols, &mag);
+                        worst = fmax(worst, fabs(out[j * rows + r] - want) / (mag + 1e-30));
+                    }
+                }
+                act_free(&a);
+                free(w);
+                free(x);
+                free(out);
+                free(row);
+                free(xa);
+            }
+        CHECK(worst < 2e-6, "%s: %s file-layout matmul vs dequantized weights x quantized activation, 1..37 tokens, "
+                            "19 rows (worst relative error %.2g)", I->name, ggml_type_name(t), worst);
+    }
 }
 
 static void test_attention(const isa *I) {
@@ -399,8 +424,10 @@ static void test_pool(void) {
 /* The backend end to end: repacked weights with tail rows, embed of a repacked row. */
 static void test_backend(void) {
     kb_backend *kb = kb_cpu_create(3);
-    ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-    for (int ti = 0; ti < 7; ti++) {
+    ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,  GGML_TYPE_Q4_0,
+                         GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,  GGML_TYPE_Q5_1,
+                         GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+    for (int ti = 0; ti < (int)(sizeof types / sizeof *types); ti++) {
         ggml_type t = types[ti];
         int quant = ti >= 3, cols = quant ? 512 : 172, rows = 40, n = 6;
         size_t rb = ggml_row_bytes(t, (uint64_t)cols);
@@ -451,7 +478,7 @@ int main(void) {
         test_float_mm(&isas[i]);
         test_quant_act(&isas[i]);
         test_quant_mm(&isas[i]);
-        test_q6k(&isas[i]);
+        test_row_mm(&isas[i]);
         test_attention(&isas[i]);
         test_elementwise(&isas[i]);
     }

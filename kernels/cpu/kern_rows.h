@@ -1,0 +1,343 @@
+/* kern_rows.h - integer matmuls of block-quantized rows in the file layout
+ * (no repacking), on 256-bit vectors. Included by kern_avx2.c (AVX2, FMA,
+ * F16C) and kern_avx512.c (the same code with 32 registers and EVEX
+ * encodings), with KERN_TARGET set to the function attribute of the file
+ * and KERN_ROWS_R to the rows of a prefill tile (registers permitting).
+ * Defines rows_mm(T, ...) and the row kernels mm_row_<type> of every type.
+ *
+ * Every type has a decoder that turns one 32-value chunk of a row into 32
+ * int8 values (signed, or unsigned for the types with a min) and 16 int16
+ * scales, one per maddubs pair lane (lanes 0-7: values 0-15, lanes 8-15:
+ * values 16-31), so that the shared tile does, per chunk, row and token:
+ * maddubs (u8 x s8; signed values through the sign trick |q| x sign(a, q)),
+ * madd with the scales (the K-quants' integer sub-block scales, 1 for the
+ * 32-value types), one float fma with the activation block's scale; per
+ * super-block the weight's d, and the mins through the activation's block
+ * sums (act_q8 ds, and ds16 for Q2_K's per-16 mins and the constant offsets
+ * of Q3_K and Q6_K, which are decoded unsigned).
+ * Integer sums stay exact: |q| <= 128, |a| <= 127, scales <= 63 in size.
+ *
+ * A tile is R rows x TT tokens: each row's chunk is decoded once and used
+ * for TT tokens (prefill); generation runs one row at a time, prefetching
+ * ROWS_PREFETCH bytes ahead. */
+#ifndef KERN_TARGET
+#error "define KERN_TARGET before including kern_rows.h"
+#endif
+
+#define KT KERN_TARGET
+
+/* Values per block and bytes per block of each type (ggml's layouts). */
+static AI int rows_qk(int T) {
+    return T == GGML_TYPE_Q2_K || T == GGML_TYPE_Q3_K || T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K ||
+                   T == GGML_TYPE_Q6_K || T == GGML_TYPE_IQ4_XS
+               ? 256
+               : 32;
+}
+static AI int rows_bb(int T) {
+    switch (T) {
+    case GGML_TYPE_Q4_0: return 18;
+    case GGML_TYPE_Q4_1: return 20;
+    case GGML_TYPE_Q5_0: return 22;
+    case GGML_TYPE_Q5_1: return 24;
+    case GGML_TYPE_Q8_0: return 34;
+    case GGML_TYPE_IQ4_NL: return 18;
+    case GGML_TYPE_Q2_K: return 84;
+    case GGML_TYPE_Q3_K: return 110;
+    case GGML_TYPE_Q4_K: return 144;
+    case GGML_TYPE_Q5_K: return 176;
+    case GGML_TYPE_Q6_K: return 210;
+    default: return 136; /* IQ4_XS */
+    }
+}
+/* Unsigned values with a min (w = d * q + min) or a constant offset (Q3_K,
+ * Q6_K: decoded without it, applied per 16 through ds16): the others are
+ * signed, through the sign trick. */
+static AI int rows_unsigned(int T) {
+    return T == GGML_TYPE_Q4_1 || T == GGML_TYPE_Q5_1 || T == GGML_TYPE_Q2_K || T == GGML_TYPE_Q4_K ||
+           T == GGML_TYPE_Q5_K || T == GGML_TYPE_Q3_K || T == GGML_TYPE_Q6_K;
+}
+/* The offset subtracted from the decoded values of Q3_K and Q6_K. */
+static AI int rows_offset(int T) { return T == GGML_TYPE_Q6_K ? 32 : T == GGML_TYPE_Q3_K ? 4 : 0; }
+/* Sub-block scales applied in integers (the 256-value types). */
+static AI int rows_scaled(int T) { return rows_qk(T) == 256; }
+
+static AI KT float rows_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+static AI uint32_t rows_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* What a decoder keeps per (row, super-block). */
+typedef struct {
+    float d, dm;  /* the scale; the min's scale (dmin, or Q4_1/Q5_1's m) */
+    __m128i sc;   /* 16 int8 scales, one per 16 values (256-value types) */
+    __m128i mn;   /* Q2_K: 16 mins; Q4_K/Q5_K: 8 mins (bytes 0-7) */
+    __m256i hi;   /* Q5_0/Q5_1: the 32 fifth bits as 0x10; Q5_K qh; Q3_K hmask */
+} rows_prep;
+
+/* The low 4 bits of 16 bytes as values 0-15, then the high 4 bits as 16-31. */
+static AI KT __m256i rows_nibbles(const uint8_t *p) {
+    __m128i x = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+}
+
+/* Bit j of the little-endian 32 bits at P as byte j: 0x10 or 0. */
+static AI KT __m256i rows_bits32(const uint8_t *p) {
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)rows_u32(p)),
+                                    _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                       0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* The 8 6-bit scales and mins of a Q4_K/Q5_K super-block (12 bytes at Q):
+ * scales j < 4 in the low 6 bits of q[j], mins in those of q[j + 4]; j >= 4
+ * take 4 bits from q[j + 4] (scale low nibble, min high nibble) and 2 from
+ * the top of q[j - 4] (scale) and q[j] (min). */
+static AI KT void rows_k_scales(const uint8_t *q, rows_prep *p) {
+    uint32_t w0 = rows_u32(q), w1 = rows_u32(q + 4), w2 = rows_u32(q + 8);
+    uint32_t s0 = w0 & 0x3f3f3f3f, m0 = w1 & 0x3f3f3f3f;
+    uint32_t s1 = (w2 & 0x0f0f0f0f) | ((w0 >> 6) & 0x03030303) << 4;
+    uint32_t m1 = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 6) & 0x03030303) << 4;
+    __m128i s = _mm_setr_epi32((int)s0, (int)s1, 0, 0);
+    p->sc = _mm_unpacklo_epi8(s, s); /* one scale per 32 values: twice per 16 */
+    p->mn = _mm_setr_epi32((int)m0, (int)m1, 0, 0);
+}
+
+static AI KT void rows_prepare(int T, const uint8_t *b, rows_prep *p) {
+    switch (T) {
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_IQ4_NL: p->d = rows_f16(b); break;
+    case GGML_TYPE_Q4_1:
+        p->d = rows_f16(b);
+        p->dm = rows_f16(b + 2);
+        break;
+    case GGML_TYPE_Q5_0:
+        p->d = rows_f16(b);
+        p->hi = rows_bits32(b + 2);
+        break;
+    case GGML_TYPE_Q5_1:
+        p->d = rows_f16(b);
+        p->dm = rows_f16(b + 2);
+        p->hi = rows_bits32(b + 4);
+        break;
+    case GGML_TYPE_Q2_K: {
+        __m128i s = _mm_loadu_si128((const __m128i *)b);
+        p->sc = _mm_and_si128(s, _mm_set1_epi8(0x0F));
+        p->mn = _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0F));
+        p->d = rows_f16(b + 80);
+        p->dm = rows_f16(b + 82);
+        break;
+    }
+    case GGML_TYPE_Q3_K: { /* 16 6-bit scales: low 4 bits in bytes 0-7, high 2 in bytes 8-11; minus 32 */
+        uint32_t a0 = rows_u32(b + 96), a1 = rows_u32(b + 100), a2 = rows_u32(b + 104);
+        const uint32_t k4 = 0x0f0f0f0f, k2 = 0x03030303;
+        __m128i s = _mm_setr_epi32((int)((a0 & k4) | (a2 & k2) << 4), (int)((a1 & k4) | ((a2 >> 2) & k2) << 4),
+                                   (int)(((a0 >> 4) & k4) | ((a2 >> 4) & k2) << 4),
+                                   (int)(((a1 >> 4) & k4) | ((a2 >> 6) & k2) << 4));
+        p->sc = _mm_sub_epi8(s, _mm_set1_epi8(32));
+        p->hi = _mm256_loadu_si256((const __m256i *)b);
+        p->d = rows_f16(b + 108);
+        break;
+    }
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+        p->d = rows_f16(b);
+        p->dm = rows_f16(b + 2);
+        rows_k_scales(b + 4, p);
+        if (T == GGML_TYPE_Q5_K) p->hi = _mm256_loadu_si256((const __m256i *)(b + 16));
+        break;
+    case GGML_TYPE_Q6_K:
+        p->sc = _mm_loadu_si128((const __m128i *)(b + 192));
+        p->d = rows_f16(b + 208);
+        break;
+    default: { /* IQ4_XS: 8 6-bit scales, 4 bits from the nibbles of scales_l, 2 from scales_h; minus 32 */
+        uint16_t h;
+        memcpy(&h, b + 2, 2);
+        __m128i l = _mm_cvtsi32_si128((int)rows_u32(b + 4)), m4 = _mm_set1_epi8(0x0F);
+        l = _mm_unpacklo_epi8(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
+        __m256i hs = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                      _mm256_set1_epi32(3));
+        __m128i h16 = _mm_packus_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
+        __m128i s = _mm_sub_epi8(_mm_or_si128(l, _mm_slli_epi16(_mm_packus_epi16(h16, h16), 4)), _mm_set1_epi8(32));
+        p->sc = _mm_unpacklo_epi8(s, s);
+        p->d = rows_f16(b);
+        break;
+    }
+    }
+}
+
+/* The 32 values of chunk C (values 32c..32c+31 of the block at B). */
+static AI KT __m256i rows_chunk(int T, const uint8_t *b, const rows_prep *p, int c) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
+    switch (T) {
+    case GGML_TYPE_Q4_0: return _mm256_sub_epi8(rows_nibbles(b + 2), _mm256_set1_epi8(8));
+    case GGML_TYPE_Q4_1: return rows_nibbles(b + 4);
+    case GGML_TYPE_Q5_0: return _mm256_sub_epi8(_mm256_or_si256(rows_nibbles(b + 6), p->hi), _mm256_set1_epi8(16));
+    case GGML_TYPE_Q5_1: return _mm256_or_si256(rows_nibbles(b + 8), p->hi);
+    case GGML_TYPE_Q8_0: return _mm256_loadu_si256((const __m256i *)(b + 2));
+    case GGML_TYPE_IQ4_NL: return _mm256_shuffle_epi8(tbl, rows_nibbles(b + 2));
+    case GGML_TYPE_IQ4_XS: return _mm256_shuffle_epi8(tbl, rows_nibbles(b + 8 + 16 * c));
+    case GGML_TYPE_Q2_K: {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (c / 4)));
+        return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), m3);
+    }
+    case GGML_TYPE_Q3_K: { /* 2 low bits; the third bit set means no offset, clear minus 4 (rows_offset) */
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (c / 4)));
+        __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), m3);
+        __m256i hb = _mm256_and_si256(_mm256_srli_epi16(p->hi, c), one);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+    }
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K: {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + (T == GGML_TYPE_Q4_K ? 16 : 48) + 32 * (c / 2)));
+        q = _mm256_and_si256(c & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
+        if (T == GGML_TYPE_Q4_K) return q;
+        return _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(p->hi, c), one), 4));
+    }
+    default: { /* Q6_K: 4 bits from ql, 2 from qh (minus 32: rows_offset) */
+        int h = c / 4, k = c % 4;
+        __m256i l = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (k & 1)));
+        l = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+        hb = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
+        return _mm256_or_si256(l, _mm256_slli_epi16(hb, 4));
+    }
+    }
+}
+
+/* Bytes 2c (lanes 0-7) and 2c+1 (lanes 8-15) of V as int16. */
+static AI KT __m256i rows_pick16(__m128i v, int c) {
+    __m128i idx = _mm_unpacklo_epi64(_mm_set1_epi8((char)(2 * c)), _mm_set1_epi8((char)(2 * c + 1)));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, idx));
+}
+
+static AI KT float rows_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#define ROWS_RMAX 2
+
+#define ROWS_PREFETCH 1024 /* bytes ahead in each row */
+#define ROWS_TMAX 4
+
+/* Rows R, tokens t0..t0+TT-1 of the R rows at W (RB bytes apart). */
+static AI KT void rows_tile(int T, int R, int TT, const uint8_t *w, size_t rb, const act_q8 *a, int t0, float *out,
+                            int ldo) {
+    const int qk = rows_qk(T), nc = qk / 32, nb = a->nb, nsb = a->cols / qk;
+    const size_t bb = (size_t)rows_bb(T);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 acc[ROWS_RMAX][ROWS_TMAX];
+    float accm[ROWS_RMAX][ROWS_TMAX];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            accm[r][t] = 0;
+        }
+    for (int sb = 0; sb < nsb; sb++) {
+        rows_prep p[ROWS_RMAX];
+        for (int r = 0; r < R; r++) {
+            const char *pf = (const char *)w + (size_t)r * rb + (size_t)sb * bb + ROWS_PREFETCH;
+            for (size_t o = 0; o < bb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+            rows_prepare(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r]);
+        }
+        __m256 s[ROWS_RMAX][ROWS_TMAX];
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < TT; t++) s[r][t] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            __m256i q[ROWS_RMAX], u[ROWS_RMAX], sc[ROWS_RMAX];
+            for (int r = 0; r < R; r++) {
+                q[r] = rows_chunk(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r], c);
+                u[r] = rows_unsigned(T) ? q[r] : _mm256_abs_epi8(q[r]);
+                sc[r] = rows_scaled(T) ? rows_pick16(p[r].sc, c) : ones16;
+            }
+            for (int t = 0; t < TT; t++) {
+                size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc + c;
+                __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + blk * 32));
+                __m256 da = _mm256_set1_ps(a->d[blk]);
+                for (int r = 0; r < R; r++) {
+                    __m256i p16 = _mm256_maddubs_epi16(u[r], rows_unsigned(T) ? av : _mm256_sign_epi8(av, q[r]));
+                    s[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, sc[r])), da, s[r][t]);
+                }
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < TT; t++) {
+                size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc;
+                acc[r][t] = _mm256_fmadd_ps(s[r][t], _mm256_set1_ps(p[r].d), acc[r][t]);
+                if (T == GGML_TYPE_Q2_K || rows_offset(T)) {
+                    /* Q2_K: - dmin * m_g * S_g; Q3_K, Q6_K: - offset * d * sc_g * S_g, with S_g
+                     * the activation's d times the sum of its group g of 16 (ds16) */
+                    const float *s16 = a->ds16 + 2 * blk;
+                    __m128i v = T == GGML_TYPE_Q2_K ? p[r].mn : p[r].sc;
+                    __m256 f = _mm256_set1_ps(T == GGML_TYPE_Q2_K ? p[r].dm : (float)rows_offset(T) * p[r].d);
+                    __m256 m0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                    __m256 m1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m0, f), _mm256_loadu_ps(s16), acc[r][t]);
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m1, f), _mm256_loadu_ps(s16 + 8), acc[r][t]);
+                }
+                if (T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K) { /* - dmin * m_j * (the sum of block j) */
+                    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p[r].mn));
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m, _mm256_set1_ps(p[r].dm)),
+                                                 _mm256_loadu_ps(a->ds + blk), acc[r][t]);
+                }
+                if (T == GGML_TYPE_Q4_1 || T == GGML_TYPE_Q5_1) accm[r][t] += p[r].dm * a->ds[blk];
+            }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) out[(size_t)(t0 + t) * ldo + r] = rows_hsum(acc[r][t]) + accm[r][t];
+}
+
+/* Rows R0.. of one row tile (R rows) against every token. */
+static AI KT void rows_tokens(int T, int R, const uint8_t *w, size_t rb, const act_q8 *a, int n, float *out, int ldo) {
+    int t = 0;
+    for (; t + ROWS_TMAX <= n; t += ROWS_TMAX) rows_tile(T, R, ROWS_TMAX, w, rb, a, t, out, ldo);
+    for (; t < n; t++) rows_tile(T, R, 1, w, rb, a, t, out, ldo);
+}
+
+static AI KT void rows_mm(int T, const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
+    int r = 0;
+    /* generation reads one row at a time: two row streams at once measured half the bandwidth */
+    if (n > 1)
+        for (; r + KERN_ROWS_R <= rows; r += KERN_ROWS_R) rows_tokens(T, KERN_ROWS_R, w + (size_t)r * rb, rb, a, n, out + r, ldo);
+    for (; r < rows; r++) rows_tokens(T, 1, w + (size_t)r * rb, rb, a, n, out + r, ldo);
+}
+
+#define ROWS_FN(name, T)                                                                                             \
+    static __attribute__((unused)) KT void name(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {       \
+        rows_mm(T, w, rb, rows, a, n, out, ldo);                                                                     \
+    }
+ROWS_FN(mm_row_q4_0, GGML_TYPE_Q4_0)
+ROWS_FN(mm_row_q4_1, GGML_TYPE_Q4_1)
+ROWS_FN(mm_row_q5_0, GGML_TYPE_Q5_0)
+ROWS_FN(mm_row_q5_1, GGML_TYPE_Q5_1)
+ROWS_FN(mm_row_q8_0, GGML_TYPE_Q8_0)
+ROWS_FN(mm_row_iq4_nl, GGML_TYPE_IQ4_NL)
+ROWS_FN(mm_row_q2_k, GGML_TYPE_Q2_K)
+ROWS_FN(mm_row_q3_k, GGML_TYPE_Q3_K)
+ROWS_FN(mm_row_q4_k, GGML_TYPE_Q4_K)
+ROWS_FN(mm_row_q5_k, GGML_TYPE_Q5_K)
+ROWS_FN(mm_row_q6_k, GGML_TYPE_Q6_K)
+ROWS_FN(mm_row_iq4_xs, GGML_TYPE_IQ4_XS)
+#undef ROWS_FN
+
+/* The row kernels for a cpu_kern initializer; Q6_K (mm_row_q6_k) is left to
+ * the including file, which may have its own. */
+#define KERN_ROWS_TABLE                                                                                              \
+    [GGML_TYPE_Q4_0] = mm_row_q4_0, [GGML_TYPE_Q4_1] = mm_row_q4_1, [GGML_TYPE_Q5_0] = mm_row_q5_0,                  \
+    [GGML_TYPE_Q5_1] = mm_row_q5_1, [GGML_TYPE_Q8_0] = mm_row_q8_0, [GGML_TYPE_IQ4_NL] = mm_row_iq4_nl,              \
+    [GGML_TYPE_Q2_K] = mm_row_q2_k, [GGML_TYPE_Q3_K] = mm_row_q3_k, [GGML_TYPE_Q4_K] = mm_row_q4_k,                  \
+    [GGML_TYPE_Q5_K] = mm_row_q5_k, [GGML_TYPE_IQ4_XS] = mm_row_iq4_xs
+
+#undef KT

@@ -10,6 +10,7 @@
 #include <dirent.h>
 
 #include "kernels/backend.h"
+#include "engine/answer.h"
 #include "engine/chat.h"
 #include "probe/probe_features.h"
 #include "engine/gguf.h"
@@ -346,6 +347,7 @@ const char *engine_stop_reason_name(engine_stop_reason r) {
     case ENGINE_STOP_MAX_TOKENS: return "max_tokens";
     case ENGINE_STOP_SEQUENCE: return "stop_sequence";
     case ENGINE_STOP_CONTEXT: return "model_context_window_exceeded";
+    case ENGINE_STOP_TOOL_USE: return "tool_use";
     case ENGINE_STOP_CANCELLED: return "cancelled";
     case ENGINE_STOP_ERROR: return "error";
     }
@@ -556,11 +558,11 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
 
     model_state st;
     sampler sm;
-    textout out;
+    answer ans;
     int have_state = 0, have_sampler = 0, rc;
     float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
     char *piece = malloc(PIECE_MAX);
-    textout_init(&out, gp->stop, gp->n_stop);
+    answer_init(&ans, gp, chat_tool_syntax_of(e->family), cb);
     if (!logits || !piece) {
         snprintf(res->error, sizeof res->error, "out of memory");
         goto error;
@@ -618,17 +620,12 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
             break;
         }
         int len = tok_piece(e->vocab, tok, piece, PIECE_MAX);
-        const char *emit;
-        size_t emit_len;
-        rc = textout_push(&out, piece, len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0), &emit, &emit_len);
-        if (rc < 0) {
-            snprintf(res->error, sizeof res->error, "out of memory");
-            goto error;
-        }
-        if (emit_len && cb->on_text && cb->on_text(cb->ud, emit, emit_len)) goto cancel;
-        if (rc == 1) {
+        answer_status as = answer_push(&ans, piece, len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0));
+        if (as == ANSWER_OOM) goto oom;
+        if (as == ANSWER_CANCEL) goto cancel;
+        if (as == ANSWER_STOP_SEQUENCE) {
             res->reason = ENGINE_STOP_SEQUENCE;
-            res->stop_index = out.stop_index;
+            res->stop_index = ans.text.stop_index;
             break;
         }
         if (res->n_generated >= gp->max_tokens) {
@@ -647,12 +644,16 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
         pos++;
     }
     if (res->reason != ENGINE_STOP_SEQUENCE) {
-        const char *emit;
-        size_t emit_len;
-        textout_flush(&out, &emit, &emit_len);
-        if (emit_len && cb->on_text) cb->on_text(cb->ud, emit, emit_len);
+        answer_status as = answer_finish(&ans);
+        if (as == ANSWER_OOM) goto oom;
+        if (as == ANSWER_CANCEL) goto cancel;
     }
+    res->n_tool_calls = answer_tool_calls(&ans);
+    if (res->reason == ENGINE_STOP_EOS && res->n_tool_calls) res->reason = ENGINE_STOP_TOOL_USE;
     goto done;
+oom:
+    snprintf(res->error, sizeof res->error, "out of memory");
+    goto error;
 cancel:
     res->reason = ENGINE_STOP_CANCELLED;
     goto done;
@@ -666,7 +667,7 @@ done:
     res->total_ms = now_ms() - t0;
     if (have_sampler) sampler_free(&sm);
     if (have_state) model_state_free(&st, e->kb);
-    textout_free(&out);
+    answer_free(&ans);
     free(logits);
     free(piece);
 }

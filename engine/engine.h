@@ -93,6 +93,7 @@ typedef enum {
     ENGINE_STOP_MAX_TOKENS,
     ENGINE_STOP_SEQUENCE,   /* a stop string matched: result.stop_index says which */
     ENGINE_STOP_CONTEXT,    /* the context is full */
+    ENGINE_STOP_TOOL_USE,   /* the answer made tool calls and ended */
     ENGINE_STOP_CANCELLED,
     ENGINE_STOP_ERROR,      /* result.error says why */
 } engine_stop_reason;
@@ -110,6 +111,15 @@ typedef struct {
     int hint_invalid;           /* a hint header was sent but could not be decoded */
     const atomic_int *cancel;   /* checked every token (and every layer of prefill); may be NULL */
     int ignore_eos;             /* benchmarks: an end-of-generation token does not stop generation */
+    /* Tools the answer may call (NULL, no tools or choice NONE: none). Calls
+     * are parsed from the answer in the family's syntax and handed to the
+     * on_tool_* callbacks instead of on_text; with choice ANY or TOOL the
+     * answer is made of calls only, and every call's input is constrained
+     * to its tool's input_schema. */
+    const engine_tools *tools;
+    /* A JSON Schema (text) the answer must be a JSON value of (the Messages
+     * API's output_config.format), or NULL. */
+    const char *format_schema;
 } engine_gen_params;
 
 typedef struct {
@@ -122,6 +132,12 @@ typedef struct {
     /* Every sampled token id (the end-of-generation token included), before
      * its text. Return nonzero to cancel. */
     int (*on_token)(void *ud, int32_t id);
+    /* A tool call, in order: its start (the tool's name), its input (JSON
+     * text, in pieces of whole UTF-8 characters), its end. Return nonzero
+     * to cancel. */
+    int (*on_tool_start)(void *ud, const char *name);
+    int (*on_tool_input)(void *ud, const char *json, size_t len);
+    int (*on_tool_end)(void *ud);
     /* During prefill, after each layer: N_DONE of N_TOTAL units of work. */
     void (*on_progress)(void *ud, int n_done, int n_total);
     void *ud;
@@ -138,6 +154,7 @@ typedef struct {
     hint_status hint_status;
     float probe_confidence;     /* when the probe ran */
     int n_skipped;              /* layers skipped */
+    int n_tool_calls;           /* tool calls the answer made */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
     char error[256];
 } engine_result;

@@ -49,14 +49,6 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* PREFIX followed by 24 random hex digits. */
-static void random_id(char *out, size_t n, const char *prefix) {
-    unsigned char b[12];
-    if (RAND_bytes(b, sizeof b) != 1) memset(b, 0, sizeof b);
-    size_t k = (size_t)snprintf(out, n, "%s", prefix);
-    for (size_t i = 0; i < sizeof b && k + 2 < n; i++) k += (size_t)snprintf(out + k, n - k, "%02x", b[i]);
-}
-
 static route_id route_of(const char *url, const char *method, int *method_ok) {
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     route_id r = ROUTE_NONE;
@@ -242,7 +234,7 @@ static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
         }
     }
     snprintf(j->request_id, sizeof j->request_id, "%s", r->request_id);
-    random_id(j->msg_id, sizeof j->msg_id, "msg_");
+    render_id(j->msg_id, sizeof j->msg_id, "msg_");
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->conn = c;
@@ -327,7 +319,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!r) return MHD_NO;
         *con_cls = r;
         r->t0 = now_s();
-        random_id(r->request_id, sizeof r->request_id, "req_");
+        render_id(r->request_id, sizeof r->request_id, "req_");
         r->route = route_of(url, method, &r->method_ok);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "content-length");
         if (cl && strtoull(cl, NULL, 10) > S->cfg->max_body_bytes) r->too_large = 1;

@@ -415,6 +415,27 @@ static int parse_sampling(const cJSON *root, msg_request *req, msg_error *e) {
     return 0;
 }
 
+/* output_config.format (or the beta's output_format): a json_schema format
+ * whose schema is kept as text in REQ. 0 or -1. */
+static int parse_format(const cJSON *root, msg_request *req, msg_error *e) {
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "output_config");
+    const char *where = "output_config.format";
+    if (cfg && !cJSON_IsNull(cfg) && !cJSON_IsObject(cfg)) return bad(e, "output_config: must be an object");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(cfg, "format");
+    if (!fmt || cJSON_IsNull(fmt)) {
+        fmt = cJSON_GetObjectItemCaseSensitive(root, "output_format");
+        where = "output_format";
+    }
+    if (!fmt || cJSON_IsNull(fmt)) return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(fmt, "type");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(fmt, "schema");
+    if (!cJSON_IsObject(fmt) || !cJSON_IsString(type) || strcmp(type->valuestring, "json_schema"))
+        return bad(e, "%s.type: must be 'json_schema'", where);
+    if (!cJSON_IsObject(schema)) return bad(e, "%s.schema: field required (a JSON Schema object)", where);
+    if (!(req->format_schema = cJSON_PrintUnformatted(schema))) return bad(e, "out of memory");
+    return 0;
+}
+
 /* stop_sequences, stream and metadata into REQ. 0 or -1. */
 static int parse_options(const cJSON *root, msg_request *req, msg_error *e) {
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop_sequences");
@@ -492,7 +513,7 @@ int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_r
         if (!req->system) goto fail;
     }
     if (parse_messages(root, req, e) || parse_tools(root, req, e) || parse_sampling(root, req, e) ||
-        parse_options(root, req, e))
+        parse_options(root, req, e) || parse_format(root, req, e))
         goto fail;
     if (!req->model) {
         bad(e, "out of memory");
@@ -522,5 +543,6 @@ void msg_request_free(msg_request *req) {
     }
     free((engine_tool *)req->tools.tools);
     for (int i = 0; i < req->n_stop; i++) free(req->stop[i]);
+    cJSON_free(req->format_schema);
     memset(req, 0, sizeof *req);
 }

@@ -22,6 +22,7 @@ typedef struct {
     char *stop[MSG_MAX_STOP];
     int n_stop;
     int stream;
+    char *format_schema;     /* output_config.format's JSON schema as text (freed with cJSON_free), or NULL */
 } msg_request;
 
 /* An error for the client: HTTP status, Anthropic error type, message. */

@@ -4,6 +4,7 @@
 #include "server/render.h"
 
 #include <cjson/cJSON.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,15 +90,102 @@ static cJSON *array_of(cJSON *item) {
     return NULL;
 }
 
-/* The content array: one text block holding TEXT, or empty when TEXT is NULL. */
-static cJSON *content(const char *text) { return text ? array_of(typed_text("text", text)) : cJSON_CreateArray(); }
+/* JSON syntax, checked without allocating (so that running out of memory
+ * is never mistaken for a malformed input): each returns the position after
+ * the value at S, or NULL. */
+static const char *json_skip_value(const char *s, int depth);
 
-/* The message object: TEXT and STOP NULL for message_start (no content
+static const char *json_skip_space(const char *s) {
+    while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r') s++;
+    return s;
+}
+
+static const char *json_skip_string(const char *s) {
+    for (s++; *s && *s != '"'; s++) {
+        if ((unsigned char)*s < 0x20) return NULL;
+        if (*s == '\\' && !*++s) return NULL;
+    }
+    return *s ? s + 1 : NULL;
+}
+
+/* An array or object at S (its opening bracket), members separated by commas. */
+static const char *json_skip_members(const char *s, int depth, int object) {
+    char close = object ? '}' : ']';
+    s = json_skip_space(s + 1);
+    if (*s == close) return s + 1;
+    for (;;) {
+        if (object) {
+            s = *s == '"' ? json_skip_string(s) : NULL;
+            if (!s || *(s = json_skip_space(s)) != ':') return NULL;
+            s = json_skip_space(s + 1);
+        }
+        if (!(s = json_skip_value(s, depth + 1))) return NULL;
+        s = json_skip_space(s);
+        if (*s == close) return s + 1;
+        if (*s != ',') return NULL;
+        s = json_skip_space(s + 1);
+    }
+}
+
+static const char *json_skip_value(const char *s, int depth) {
+    if (depth > 512) return NULL;
+    if (*s == '{' || *s == '[') return json_skip_members(s, depth, *s == '{');
+    if (*s == '"') return json_skip_string(s);
+    for (const char *lit = "true\0false\0null\0"; *lit; lit += strlen(lit) + 1)
+        if (!strncmp(s, lit, strlen(lit))) return s + strlen(lit);
+    char *end;
+    if (*s != '-' && (*s < '0' || *s > '9')) return NULL;
+    strtod(s, &end);
+    return end > s ? end : NULL;
+}
+
+/* A tool call's input: the object INPUT holds, or {} when INPUT is NULL,
+ * cut off or not an object. NULL when out of memory. */
+static cJSON *tool_input(const char *input) {
+    const char *s = input ? json_skip_space(input) : NULL;
+    const char *end = s && *s == '{' ? json_skip_value(s, 0) : NULL;
+    if (!end || *json_skip_space(end)) return cJSON_CreateObject();
+    return cJSON_Parse(input);
+}
+
+/* {"type": "tool_use", "id": ID, "name": NAME, "input": INPUT}. */
+static cJSON *tool_use(const char *id, const char *name, cJSON *input) {
+    cJSON *o = typed("tool_use");
+    if (put(o, "id", cJSON_CreateString(id)) && put(o, "name", cJSON_CreateString(name)))
+        return checked(o, put(o, "input", input));
+    cJSON_Delete(input);
+    return checked(o, 0);
+}
+
+static cJSON *block_object(const render_block *b) {
+    if (b->type == RENDER_BLOCK_TOOL_USE) return tool_use(b->id, b->name, tool_input(b->text));
+    return typed_text("text", b->text ? b->text : "");
+}
+
+/* The content array of the N BLOCKS (N < 0: empty, for message_start; 0:
+ * one empty text block). */
+static cJSON *content(const render_block *blocks, int n) {
+    static const render_block empty = {RENDER_BLOCK_TEXT, "", NULL, NULL};
+    if (n == 0) return content(&empty, 1);
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++) {
+        cJSON *b = block_object(&blocks[i]);
+        if (!b || !cJSON_AddItemToArray(a, b)) {
+            cJSON_Delete(b);
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* The message object: N < 0 and STOP NULL for message_start (no content
  * yet, null stop_reason, output_tokens 0). */
-static cJSON *message_object(const render_message_info *m, const char *text, const render_stop *stop) {
+static cJSON *message_object(const render_message_info *m, const render_block *blocks, int n,
+                             const render_stop *stop) {
     cJSON *o = typed("message");
     int ok = put(o, "id", cJSON_CreateString(m->id)) && put(o, "role", cJSON_CreateString("assistant")) &&
-             put(o, "model", cJSON_CreateString(m->model)) && put(o, "content", content(text)) &&
+             put(o, "model", cJSON_CreateString(m->model)) && put(o, "content", content(blocks, n)) &&
              put(o, "stop_reason", string_or_null(stop ? stop->reason : NULL)) &&
              put(o, "stop_sequence", string_or_null(stop ? stop->sequence : NULL)) &&
              put(o, "usage", usage(m->input_tokens, stop ? stop->output_tokens : 0));
@@ -111,13 +199,13 @@ static cJSON *error_object(const char *type, const char *message) {
     return checked(e, ok);
 }
 
-char *render_message(const render_message_info *m, const char *text, const render_stop *stop) {
-    return print(message_object(m, text ? text : "", stop));
+char *render_message(const render_message_info *m, const render_block *blocks, int n, const render_stop *stop) {
+    return print(message_object(m, blocks, n < 0 ? 0 : n, stop));
 }
 
 char *render_sse_message_start(const render_message_info *m) {
     cJSON *o = typed("message_start");
-    return sse("message_start", checked(o, put(o, "message", message_object(m, NULL, NULL))));
+    return sse("message_start", checked(o, put(o, "message", message_object(m, NULL, -1, NULL))));
 }
 
 char *render_sse_block_start(int index) {
@@ -130,6 +218,22 @@ char *render_sse_text_delta(int index, const char *text, size_t len) {
     if (!t) return NULL;
     cJSON *o = typed_index("content_block_delta", index);
     int ok = put(o, "delta", typed_text("text_delta", t));
+    free(t);
+    return sse("content_block_delta", checked(o, ok));
+}
+
+char *render_sse_tool_use_start(int index, const char *id, const char *name) {
+    cJSON *o = typed_index("content_block_start", index);
+    return sse("content_block_start", checked(o, put(o, "content_block", tool_use(id, name, cJSON_CreateObject()))));
+}
+
+char *render_sse_input_delta(int index, const char *json, size_t len) {
+    char *t = strndup(json, len);
+    if (!t) return NULL;
+    cJSON *o = typed_index("content_block_delta", index);
+    cJSON *d = typed("input_json_delta");
+    d = checked(d, put(d, "partial_json", cJSON_CreateString(t)));
+    int ok = put(o, "delta", d);
     free(t);
     return sse("content_block_delta", checked(o, ok));
 }
@@ -182,6 +286,13 @@ render_error render_outcome(job_outcome outcome, const char *engine_message, int
         break;
     }
     return (render_error){500, "api_error", "the request ended without an outcome", -1};
+}
+
+void render_id(char *out, size_t n, const char *prefix) {
+    unsigned char b[12];
+    if (RAND_bytes(b, sizeof b) != 1) memset(b, 0, sizeof b);
+    size_t k = (size_t)snprintf(out, n, "%s", prefix);
+    for (size_t i = 0; i < sizeof b && k + 2 < n; i++) k += (size_t)snprintf(out + k, n - k, "%02x", b[i]);
 }
 
 /* The model object: type, id, display_name, created_at (RFC 3339, UTC). */

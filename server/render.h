@@ -36,13 +36,26 @@ typedef struct {
                             N > 0: x-should-retry: true and retry-after: N */
 } render_error;
 
-/* The non-streaming answer: the message object with one text block. */
-char *render_message(const render_message_info *m, const char *text, const render_stop *stop);
+/* One content block of an answer. */
+typedef enum { RENDER_BLOCK_TEXT, RENDER_BLOCK_TOOL_USE } render_block_type;
+
+typedef struct {
+    render_block_type type;
+    const char *text; /* TEXT: the text; TOOL_USE: the input as JSON text (not an object: {} is sent) */
+    const char *id;   /* TOOL_USE: toolu_… */
+    const char *name; /* TOOL_USE: the tool */
+} render_block;
+
+/* The non-streaming answer: the message object with the N BLOCKS (none:
+ * one empty text block). */
+char *render_message(const render_message_info *m, const render_block *blocks, int n, const render_stop *stop);
 
 /* One SSE event each, framed as "event: NAME\ndata: JSON\n\n". */
 char *render_sse_message_start(const render_message_info *m);
 char *render_sse_block_start(int index);                              /* a text block */
 char *render_sse_text_delta(int index, const char *text, size_t len); /* LEN bytes of TEXT */
+char *render_sse_tool_use_start(int index, const char *id, const char *name); /* a tool_use block */
+char *render_sse_input_delta(int index, const char *json, size_t len); /* LEN bytes of its input */
 char *render_sse_block_stop(int index);
 char *render_sse_message_delta(const render_stop *stop);
 char *render_sse_message_stop(void);
@@ -59,6 +72,10 @@ extern const char render_oom_error_body[];
  * are the engine's, for JOB_OUTCOME_ENGINE_ERROR. JOB_OUTCOME_DONE gives
  * status 200 and no type. The message is static or ENGINE_MESSAGE. */
 render_error render_outcome(job_outcome outcome, const char *engine_message, int retryable);
+
+/* Writes PREFIX and 24 random hex digits into OUT (N bytes): the ids of
+ * messages (msg_), requests (req_) and tool calls (toolu_). */
+void render_id(char *out, size_t n, const char *prefix);
 
 /* GET /v1/models/{id}: the one model NAME, created at CREATED_AT (unix s). */
 char *render_model(const char *name, long long created_at);

@@ -49,7 +49,11 @@ void job_release(job *j) {
     msg_request_free(&j->req);
     free(j->prompt);
     free(j->out);
-    free(j->text);
+    for (int i = 0; i < j->n_blocks; i++) {
+        free(j->blocks[i].text);
+        free(j->blocks[i].name);
+    }
+    free(j->blocks);
     pthread_mutex_destroy(&j->lock);
     free(j);
 }
@@ -124,6 +128,62 @@ typedef struct {
     job *j;
 } run_ctx;
 
+/* 1 when J's request lets the answer call tools (its blocks then start as they come). */
+static int tools_on(const job *j) { return j->req.tools.n_tools > 0 && j->req.tools.choice != CHAT_TOOL_CHOICE_NONE; }
+
+/* Starts a new content block in J (TOOL_USE: a call of NAME); a stream
+ * stops the open block and starts this one. Returns the block, or NULL
+ * (j->oom set). */
+static job_block *block_begin(job *j, int tool_use, const char *name) {
+    if (j->n_blocks == j->blocks_cap) {
+        int cap = j->blocks_cap ? 2 * j->blocks_cap : 4;
+        job_block *b = realloc(j->blocks, (size_t)cap * sizeof *b);
+        if (!b) {
+            j->oom = 1;
+            return NULL;
+        }
+        j->blocks = b;
+        j->blocks_cap = cap;
+    }
+    job_block *b = &j->blocks[j->n_blocks];
+    memset(b, 0, sizeof *b);
+    b->tool_use = tool_use;
+    if (tool_use) {
+        render_id(b->id, sizeof b->id, "toolu_");
+        if (!(b->name = strdup(name))) {
+            j->oom = 1;
+            return NULL;
+        }
+    }
+    int index = j->n_blocks++;
+    if (j->req.stream) {
+        if (j->block_open) job_append(j, render_sse_block_stop(index - 1));
+        job_append(j, tool_use ? render_sse_tool_use_start(index, b->id, b->name) : render_sse_block_start(index));
+        j->block_open = 1;
+    }
+    return b;
+}
+
+/* Adds LEN bytes to the last block: a stream sends them as a delta, else they are kept. */
+static int block_add(job *j, const char *s, size_t len) {
+    job_block *b = &j->blocks[j->n_blocks - 1];
+    int index = j->n_blocks - 1;
+    if (j->req.stream) {
+        job_append(j, b->tool_use ? render_sse_input_delta(index, s, len) : render_sse_text_delta(index, s, len));
+    } else {
+        pthread_mutex_lock(&j->lock);
+        buf_add(j, &b->text, &b->len, &b->cap, s, len);
+        pthread_mutex_unlock(&j->lock);
+    }
+    return j->oom;
+}
+
+/* A stream stops its open block. */
+static void block_end(job *j) {
+    if (j->req.stream && j->block_open) job_append(j, render_sse_block_stop(j->n_blocks - 1));
+    j->block_open = 0;
+}
+
 static int on_start(void *ud, const uint8_t *mask, int n_layers) {
     run_ctx *r = ud;
     job *j = r->j;
@@ -137,7 +197,7 @@ static int on_start(void *ud, const uint8_t *mask, int n_layers) {
     if (j->req.stream) {
         render_message_info m = message_info(j);
         job_append(j, render_sse_message_start(&m));
-        job_append(j, render_sse_block_start(0));
+        if (!tools_on(j)) block_begin(j, 0, NULL); /* as the API: the text block starts before the ping */
         job_append(j, render_sse_ping());
     }
     return client_gone(j);
@@ -150,13 +210,21 @@ static int on_token(void *ud, int32_t id) {
 
 static int on_text(void *ud, const char *text, size_t len) {
     job *j = ((run_ctx *)ud)->j;
-    if (!j->req.stream) {
-        pthread_mutex_lock(&j->lock);
-        buf_add(j, &j->text, &j->text_len, &j->text_cap, text, len);
-        pthread_mutex_unlock(&j->lock);
-        return j->oom;
-    }
-    job_append(j, render_sse_text_delta(0, text, len));
+    int in_text = j->n_blocks && !j->blocks[j->n_blocks - 1].tool_use && (j->block_open || !j->req.stream);
+    if (!in_text && !block_begin(j, 0, NULL)) return 1;
+    return block_add(j, text, len);
+}
+
+static int on_tool_start(void *ud, const char *name) {
+    job *j = ((run_ctx *)ud)->j;
+    return !block_begin(j, 1, name) || client_gone(j);
+}
+
+static int on_tool_input(void *ud, const char *json, size_t len) { return block_add(((run_ctx *)ud)->j, json, len); }
+
+static int on_tool_end(void *ud) {
+    job *j = ((run_ctx *)ud)->j;
+    block_end(j);
     return j->oom;
 }
 
@@ -203,7 +271,8 @@ static void finish(job *j) {
     job_outcome outcome = outcome_of(j);
     render_stop stop = stop_of(j);
     if (j->req.stream && j->started && outcome == JOB_OUTCOME_DONE) {
-        job_append(j, render_sse_block_stop(0));
+        if (!j->n_blocks) block_begin(j, 0, NULL); /* an empty answer is one empty text block */
+        block_end(j);
         job_append(j, render_sse_message_delta(&stop));
         job_append(j, render_sse_message_stop());
     } else if (j->req.stream && j->started) {
@@ -211,7 +280,14 @@ static void finish(job *j) {
         job_append(j, render_sse_error(e.type, e.message));
     } else if (!j->req.stream && outcome == JOB_OUTCOME_DONE) {
         render_message_info m = message_info(j);
-        job_append(j, render_message(&m, j->text, &stop));
+        render_block *blocks = calloc((size_t)j->n_blocks + 1, sizeof *blocks);
+        for (int i = 0; blocks && i < j->n_blocks; i++) {
+            const job_block *b = &j->blocks[i];
+            blocks[i] = (render_block){b->tool_use ? RENDER_BLOCK_TOOL_USE : RENDER_BLOCK_TEXT, b->text ? b->text : "",
+                                       b->id, b->name};
+        }
+        job_append(j, blocks ? render_message(&m, blocks, j->n_blocks, &stop) : NULL);
+        free(blocks);
     }
     if (j->oom && outcome == JOB_OUTCOME_DONE) outcome = JOB_OUTCOME_OOM; /* the end could not be written */
     if (outcome == JOB_OUTCOME_ENGINE_ERROR || outcome == JOB_OUTCOME_OOM) log_failure(j, outcome);
@@ -225,9 +301,11 @@ static void run_job(worker *w, job *j) {
     run_ctx r = {w, j};
     engine_gen_params gp = {.max_tokens = j->req.max_tokens, .temperature = j->req.temperature, .top_p = j->req.top_p,
                             .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
-                            .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel};
+                            .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel,
+                            .tools = &j->req.tools, .format_schema = j->req.format_schema};
     gp.seed = (uint64_t)(now_s() * 1e6);
-    engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_progress = on_progress, .ud = &r};
+    engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_tool_start = on_tool_start,
+                           .on_tool_input = on_tool_input, .on_tool_end = on_tool_end, .on_progress = on_progress, .ud = &r};
     if (client_gone(j)) {
         j->res.reason = ENGINE_STOP_CANCELLED;
     } else {

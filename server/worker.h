@@ -20,6 +20,16 @@
 #include "server/messages.h"
 #include "server/outcome.h"
 
+/* One content block of a job's answer: a text, or a tool call and its
+ * input (JSON text). A stream keeps no text: its blocks go out as they come. */
+typedef struct {
+    int tool_use;                /* 0: a text block */
+    char *text;                  /* the text or the input (non-streaming) */
+    size_t len, cap;
+    char *name;                  /* tool_use: the tool */
+    char id[40];                 /* tool_use: toolu_… */
+} job_block;
+
 typedef struct job {
     pthread_mutex_t lock;
     int refs;
@@ -43,8 +53,9 @@ typedef struct job {
     hint_status hint_outcome;
     char *out;                   /* SSE bytes (stream) or the JSON body (not) */
     size_t out_len, out_cap, out_sent;
-    char *text;                  /* the answer so far (non-streaming) */
-    size_t text_len, text_cap;
+    job_block *blocks;           /* the answer's content blocks so far */
+    int n_blocks, blocks_cap;
+    int block_open;              /* streaming: a started block is not stopped yet (the last one) */
     int oom;                     /* the worker ran out of memory for the response */
     double t_created, t_last_event;
     struct job *next;

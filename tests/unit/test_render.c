@@ -53,9 +53,19 @@ static int num(const cJSON *o, const char *key) {
 
 static const render_message_info INFO = {.id = "msg_0123", .model = "claude-x", .input_tokens = 11};
 
+/* One text block holding T. */
+#define TEXT_BLOCK(t) (&(render_block){RENDER_BLOCK_TEXT, (t), NULL, NULL}), 1
+
+/* A text block, then calls of get_weather (its input: a city) and of nothing (an input cut off). */
+static const render_block CALLS[] = {
+    {RENDER_BLOCK_TEXT, "Checking.", NULL, NULL},
+    {RENDER_BLOCK_TOOL_USE, "{\"city\": \"Paris\"}", "toolu_01", "get_weather"},
+    {RENDER_BLOCK_TOOL_USE, "{\"a\": ", "toolu_02", "noop"},
+};
+
 static void message_shapes(void) {
     render_stop stop = {.reason = "end_turn", .sequence = NULL, .output_tokens = 6};
-    char *body = render_message(&INFO, "Hi \"there\"\n", &stop);
+    char *body = render_message(&INFO, TEXT_BLOCK("Hi \"there\"\n"), &stop);
     cJSON *m = body ? cJSON_Parse(body) : NULL;
     CHECK(keys_are(m, "type,id,role,model,content,stop_reason,stop_sequence,usage"),
           "message: the members of the message object, in the server's order");
@@ -78,16 +88,28 @@ static void message_shapes(void) {
     free(body);
 
     stop = (render_stop){.reason = "stop_sequence", .sequence = "END", .output_tokens = 3};
-    CHECK(text_is(render_message(&INFO, "abc", &stop),
+    CHECK(text_is(render_message(&INFO, TEXT_BLOCK("abc"), &stop),
                   "{\"type\":\"message\",\"id\":\"msg_0123\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{\"type\":"
                   "\"text\",\"text\":\"abc\"}],\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\",\"usage\":{\"input_tokens\":"
                   "11,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":3}}"),
           "message: the exact bytes, with the matched stop_sequence");
-    CHECK(text_is(render_message(&INFO, NULL, &stop),
+    CHECK(text_is(render_message(&INFO, NULL, 0, &stop),
                   "{\"type\":\"message\",\"id\":\"msg_0123\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{\"type\":"
                   "\"text\",\"text\":\"\"}],\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\",\"usage\":{\"input_tokens\":"
                   "11,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":3}}"),
           "message: no text is one empty text block");
+    stop = (render_stop){.reason = "tool_use", .sequence = NULL, .output_tokens = 9};
+    CHECK(text_is(render_message(&INFO, CALLS, 3, &stop),
+                  "{\"type\":\"message\",\"id\":\"msg_0123\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{\"type\":"
+                  "\"text\",\"text\":\"Checking.\"},{\"type\":\"tool_use\",\"id\":\"toolu_01\",\"name\":\"get_weather\",\"input\":{"
+                  "\"city\":\"Paris\"}},{\"type\":\"tool_use\",\"id\":\"toolu_02\",\"name\":\"noop\",\"input\":{}}],\"stop_reason\":"
+                  "\"tool_use\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":11,\"cache_creation_input_tokens\":0,"
+                  "\"cache_read_input_tokens\":0,\"output_tokens\":9}}"),
+          "message: text and tool_use blocks in order, each input an object (a cut-off input is {})");
+    char id[40];
+    render_id(id, sizeof id, "toolu_");
+    CHECK(strlen(id) == 30 && !strncmp(id, "toolu_", 6) && strspn(id + 6, "0123456789abcdef") == 24,
+          "render_id: the prefix and 24 hex digits: %s", id);
 }
 
 static void stream_shapes(void) {
@@ -114,6 +136,14 @@ static void stream_shapes(void) {
                                                                      "\"content_block_delta\",\"index\":0,\"delta\":{"
                                                                      "\"type\":\"text_delta\",\"text\":\"h\xc3\xa9llo\\\"\"}}\n\n"),
           "content_block_delta: a text_delta of exactly LEN bytes (UTF-8 kept, quotes escaped)");
+    CHECK(text_is(render_sse_tool_use_start(1, "toolu_01", "get_weather"),
+                  "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{"
+                  "\"type\":\"tool_use\",\"id\":\"toolu_01\",\"name\":\"get_weather\",\"input\":{}}}\n\n"),
+          "content_block_start: a tool_use block with its id, name and an empty input");
+    CHECK(text_is(render_sse_input_delta(1, "{\"city\": \"Pa", 11),
+                  "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":"
+                  "\"input_json_delta\",\"partial_json\":\"{\\\"city\\\": \\\"P\"}}\n\n"),
+          "content_block_delta: an input_json_delta of exactly LEN bytes of the input's JSON text");
     CHECK(text_is(render_sse_text_delta(0, "a\nb", 3),
                   "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":"
                   "\"text_delta\",\"text\":\"a\\nb\"}}\n\n"),
@@ -194,11 +224,11 @@ static long fail_at = -1, allocations;
 static void *test_malloc(size_t n) { return allocations++ == fail_at ? NULL : malloc(n); }
 
 /* Renders shape K (0.. SHAPES-1) once; the caller frees the result. */
-enum { SHAPES = 14 };
+enum { SHAPES = 17 };
 static char *render_shape(int k) {
     render_stop stop = {.reason = "stop_sequence", .sequence = "END", .output_tokens = 3};
     switch (k) {
-    case 0: return render_message(&INFO, "abc", &stop);
+    case 0: return render_message(&INFO, TEXT_BLOCK("abc"), &stop);
     case 1: return render_sse_message_start(&INFO);
     case 2: return render_sse_block_start(0);
     case 3: return render_sse_text_delta(0, "abc", 3);
@@ -211,7 +241,10 @@ static char *render_shape(int k) {
     case 10: return render_model("tiny", 0);
     case 11: return render_models("tiny", 0);
     case 12: return render_count_tokens(7);
-    default: return render_message(&INFO, NULL, &stop);
+    case 13: return render_message(&INFO, CALLS, 3, &stop);
+    case 14: return render_sse_tool_use_start(1, "toolu_01", "get_weather");
+    case 15: return render_sse_input_delta(1, "{}", 2);
+    default: return render_message(&INFO, NULL, 0, &stop);
     }
 }
 

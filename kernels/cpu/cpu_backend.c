@@ -215,7 +215,7 @@ static void cpu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_wei
     if (op_begin(kb, "rmsnorm")) return;
     PROF_BEGIN(impl_of(kb));
     rows_job j = {impl_of(kb), out, x, w, n, dim, eps};
-    if (n >= 8)
+    if ((double)n * dim * 64 >= CPU_SERIAL_MACS) /* a few operations per value */
         tp_run(impl_of(kb)->pool, rmsnorm_rows, &j, (size_t)n, 1);
     else
         rmsnorm_rows(&j, 0, (size_t)n, 0);
@@ -359,7 +359,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
             }
             quant_job q = {c, x, &j.a};
             PROF_BEGIN(c);
-            if (n >= 8)
+            if ((double)n * w->cols * 64 >= CPU_SERIAL_MACS)
                 tp_run(c->pool, quant_rows, &q, (size_t)n, 1);
             else
                 quant_rows(&q, 0, (size_t)n, 0);
@@ -372,10 +372,15 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
         items = (size_t)j.ng + (size_t)(w->rows - j.ng * RP_ROWS);
     }
     /* Each thread streams its own contiguous share in chunks of about a
-     * quarter of it; the last chunks go to whichever thread is free. */
+     * quarter of it; the last chunks go to whichever thread is free. A
+     * small product runs on the calling thread: waking and waiting for the
+     * workers costs more than it (CPU_SERIAL_MACS). */
     size_t chunk = items / ((size_t)c->n_threads * 4);
     if (chunk < 1) chunk = 1;
-    tp_run_dynamic(c->pool, matmul_items, &j, items, chunk);
+    if ((double)w->rows * w->cols * n < CPU_SERIAL_MACS)
+        matmul_items(&j, 0, items, 0);
+    else
+        tp_run_dynamic(c->pool, matmul_items, &j, items, chunk);
     PROF_END(c, n == 1 ? P_MATMUL1 : P_MATMULN);
     if (c->profile > 1) { /* per weight shape */
         double dt = prof_now() - prof_t0_;
@@ -497,7 +502,10 @@ static void cpu_attention(kb_backend *kb, float *out, const float *q, const floa
     kv_store(c->k, cache->k, cache, k, n, pos0, s->head_dim);
     kv_store(c->k, cache->v, cache, v, n, pos0, s->head_dim);
     attn_job j = {c, out, q, cache, pos0, s};
-    tp_run_dynamic(c->pool, attn_items, &j, (size_t)n * s->n_kv_heads, 1);
+    if (2.0 * n * s->n_heads * s->head_dim * (pos0 + n) < CPU_SERIAL_MACS)
+        attn_items(&j, 0, (size_t)n * s->n_kv_heads, 0);
+    else
+        tp_run_dynamic(c->pool, attn_items, &j, (size_t)n * s->n_kv_heads, 1);
     PROF_END(c, P_ATTN);
 }
 

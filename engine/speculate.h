@@ -1,0 +1,88 @@
+/* speculate.h - the policy of lossless decoding (x-layer-mode: lossless).
+ *
+ * A draft proposes the next few tokens; the full-depth model scores them
+ * all in one batched pass (the prefill path, KB_EXACT_ROWS rows at most, so
+ * that every row's numbers are those of one-token decoding), and the
+ * longest prefix it agrees with plus one token of its own is kept. Two
+ * drafts:
+ *  - the same weights with a skip mask (self-speculation): the probe's
+ *    ranking of the candidate layers says which go first; how many are
+ *    skipped follows the acceptance rate;
+ *  - n-grams (prompt lookup): the tokens that followed the latest earlier
+ *    occurrence of the text's last 2..4 tokens, in the prompt or the answer.
+ * Greedy decoding keeps a drafted token when it is the full model's argmax;
+ * sampling keeps it with probability min(1, p/q) and otherwise draws from
+ * the normalised residual max(0, p - q), so that every token has exactly
+ * the full model's distribution (spec_sample_verify).
+ *
+ * Each draft source pays only when it beats plain decoding: the time per
+ * emitted token of each source is measured against that of plain steps,
+ * and a source that is slower backs off (for 16, then 32, ... tokens), so
+ * that a request whose drafts are rejected decodes plainly.
+ *
+ * This module is bookkeeping and arithmetic only; the generate loop
+ * (engine/engine.c) runs the model.
+ */
+#ifndef ILPD_SPECULATE_H
+#define ILPD_SPECULATE_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "probe/mask.h"
+#include "engine/sampler.h"
+
+#define SPEC_K_MAX (KB_EXACT_ROWS - 1) /* drafted tokens per verification (+1 row: the last kept token) */
+#define SPEC_NGRAM_MIN 2
+#define SPEC_NGRAM_MAX 4
+#define SPEC_SKIP_THRESHOLD 0.75f /* a layer the probe rates below this need is skipped by the first draft */
+
+typedef enum { SPEC_PLAIN, SPEC_NGRAM, SPEC_LAYERS, SPEC_N_SOURCES } spec_source;
+
+typedef struct {
+    int n_layers;
+    uint8_t mask[MASK_MAX_LAYERS]; /* the draft mask (layer drafts) */
+    int order[MASK_MAX_LAYERS];    /* candidate layers, the most skippable first */
+    int n_order, n_skip;           /* the first n_skip of ORDER are skipped; n_order 0: the mask is fixed */
+    int k[SPEC_N_SOURCES];         /* current draft length per source */
+    double ms_tok[SPEC_N_SOURCES]; /* moving average of ms per emitted token */
+    int cycles[SPEC_N_SOURCES];    /* verifications since the source (re)started */
+    int backoff_until[SPEC_N_SOURCES], backoff_len[SPEC_N_SOURCES];
+    int win_drafted, win_accepted; /* layer drafts since the mask last changed */
+    int drafted, accepted, verifications; /* totals (drafts of both sources) */
+} spec_state;
+
+/* Starts the policy for a request. MASK (n_layers bytes) is the first draft
+ * mask; ORDER/N_ORDER the candidate layers the most skippable first and
+ * N_SKIP of them skipped in MASK, or N_ORDER 0 when the mask may not change
+ * (forced, or a client's hint applied). A mask that skips nothing means no
+ * layer drafts. */
+void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip);
+
+/* What to do next, after N_GENERATED tokens: SPEC_NGRAM when an n-gram
+ * draft of NGRAM_LEN tokens is at hand and that source is not backing off,
+ * else SPEC_LAYERS when the draft mask skips layers and that source is not
+ * backing off, else SPEC_PLAIN. *K gets the number of tokens to draft
+ * (at most ROOM, the tokens that may still be generated minus one). */
+spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, int *k);
+
+/* Records a verification (or a plain step: DRAFTED 0) from SRC: DRAFTED
+ * tokens proposed, ACCEPTED of them kept, EMITTED tokens handed on, in MS
+ * milliseconds. Adapts draft lengths, the draft mask and the back-off.
+ * Returns 1 when the draft mask changed. */
+int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int emitted, double ms, int n_generated);
+
+/* Prompt lookup: finds the latest earlier occurrence of the last g tokens
+ * of HIST (g from SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN) and copies the
+ * tokens that followed it (at most MAX_OUT) into OUT. Returns how many. */
+int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out);
+
+/* Speculative sampling of one drafted token D. P: the full model's
+ * distribution (n values, summing to 1); Q: the draft's, or NULL when the
+ * draft was certain (an n-gram: q is one-hot at D). Keeps D with
+ * probability min(1, p(D)/q(D)) and returns 1; otherwise writes to *OUT a
+ * token drawn from max(0, p - q) normalised (SCRATCH: n floats) and returns
+ * 0. Draws from S's generator. */
+int spec_sample_verify(sampler *s, const float *p, const float *q, int32_t d, int n, float *scratch, int32_t *out);
+
+#endif

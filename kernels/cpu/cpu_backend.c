@@ -36,6 +36,8 @@
 #include "kernels/quant.h"
 #include "kernels/cpu/threadpool.h"
 
+#define ROPE_ROWS KB_EXACT_ROWS /* positions whose RoPE angles are kept between calls */
+
 typedef struct {
     tp_pool *pool;
     int n_threads;
@@ -45,8 +47,10 @@ typedef struct {
     size_t scratch_len;   /* floats in each */
     void *act_mem;        /* the quantized activation of the current matmul */
     size_t act_bytes;
-    float *rope_cs;       /* [2][rope_half]: cos and sin of one position */
+    float *rope_cs;       /* [ROPE_ROWS][2][rope_half]: cos and sin of up to ROPE_ROWS positions */
     int rope_half;
+    int rope_pos0, rope_n; /* the positions rope_cs holds (rope_n 0: none) for ... */
+    const float *rope_freq; /* ... these inverse frequencies */
     atomic_ullong launches;
     int profile;          /* ILPD_CPU_PROFILE=1: time each kind of op, printed at destroy; 2: and each matmul shape */
     double prof_s[16];
@@ -145,8 +149,9 @@ static int cpu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     }
     int half = s->attn ? s->attn->head_dim / 2 : 0;
     if (half > c->rope_half) {
-        if (scratch_replace(kb, (void **)&c->rope_cs, 2 * (size_t)half * sizeof(float))) goto oom;
+        if (scratch_replace(kb, (void **)&c->rope_cs, ROPE_ROWS * 2 * (size_t)half * sizeof(float))) goto oom;
         c->rope_half = half;
+        c->rope_n = 0;
     }
     return 0;
 oom:
@@ -408,6 +413,19 @@ static void cpu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
     PROF_END(impl_of(kb), P_BIAS);
 }
 
+/* Fills c->rope_cs with the cos and sin of position POS in slot I. */
+static void rope_angles(cpu_impl *c, const kb_attn_shape *s, int half, int i, int pos) {
+    float *cs = c->rope_cs + (size_t)i * 2 * half, *sn = cs + half;
+    for (int k = 0; k < half; k++) {
+        double theta = (double)pos * s->inv_freq[k];
+        cs[k] = (float)cos(theta);
+        sn[k] = (float)sin(theta);
+    }
+}
+
+/* Rotates X. Up to ROPE_ROWS rows (decode, verification) keep their angles
+ * for the next call at the same positions: every layer's q and k of one
+ * step share them, so cos and sin run once per step, not twice per layer. */
 static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
     if (op_begin(kb, "rope")) return;
     cpu_impl *c = impl_of(kb);
@@ -417,13 +435,17 @@ static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn
         return;
     }
     PROF_BEGIN(c);
-    float *cs = c->rope_cs, *sn = c->rope_cs + half;
+    int cached = n <= ROPE_ROWS;
+    if (cached && (c->rope_n != n || c->rope_pos0 != pos0 || c->rope_freq != s->inv_freq)) {
+        for (int i = 0; i < n; i++) rope_angles(c, s, half, i, pos0 + i);
+        c->rope_n = n;
+        c->rope_pos0 = pos0;
+        c->rope_freq = s->inv_freq;
+    }
+    if (!cached) c->rope_n = 0;
     for (int i = 0; i < n; i++) {
-        for (int k = 0; k < half; k++) {
-            double theta = (double)(pos0 + i) * s->inv_freq[k];
-            cs[k] = (float)cos(theta);
-            sn[k] = (float)sin(theta);
-        }
+        if (!cached) rope_angles(c, s, half, 0, pos0 + i);
+        const float *cs = c->rope_cs + (cached ? (size_t)i * 2 * half : 0), *sn = cs + half;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)i * n_heads + h) * hd;
             if (s->neox) {

@@ -40,6 +40,8 @@ struct engine {
     char *probe_path;
     float hint_max_deviation;
     int kv_fail_request, scratch_fail_request, kernel_fail_request, kernel_fail_token, n_requests;
+    spec_costs spec_cost;   /* lossless mode's cost model, measured at its first request */
+    int spec_cost_ready;
 };
 
 static double now_ms(void) {
@@ -241,6 +243,10 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     e->kernel_fail_request = p->kernel_fail_request;
     e->kernel_fail_token = p->kernel_fail_token;
     e->layer_skip = p->layer_skip;
+    if (p->spec_always) { /* verifications and drafts free: every draft pays */
+        for (int r = 0; r <= SPEC_K_MAX + 1; r++) e->spec_cost.vcost[r] = 1;
+        e->spec_cost_ready = 1;
+    }
     probe_find(e, p);
     return e;
 oom:
@@ -424,6 +430,31 @@ double engine_bench_rows(engine *e, int pos, int rows, int reps) {
     return ms;
 }
 
+/* Lossless mode's cost model (speculate.h), once per engine: each layer's
+ * and the head's share of the weights a decode step reads, and the cost of
+ * verifying 1, 2, 4 and 8 rows against one (measured on a short context,
+ * the best of 5 rounds; the sizes between interpolated). A failed
+ * measurement leaves r rows costing r: no draft ever pays. */
+static void spec_costs_measure(engine *e) {
+    spec_costs *c = &e->spec_cost;
+    double total = (double)e->info.head_bytes, t[ENGINE_VERIFY_ROWS + 1];
+    for (int l = 0; l < e->info.n_layers; l++) total += (double)e->info.layer_bytes[l];
+    for (int l = 0; l < e->info.n_layers; l++) c->layer[l] = total > 0 ? e->info.layer_bytes[l] / total : 0;
+    c->head = total > 0 ? e->info.head_bytes / total : 0;
+    int pos = e->info.n_ctx > 2 * ENGINE_VERIFY_ROWS ? ENGINE_VERIFY_ROWS : 0;
+    for (int r = 1; r <= ENGINE_VERIFY_ROWS; r *= 2) t[r] = pos ? engine_bench_rows(e, pos, r, 1) : -1;
+    int ok = t[1] > 0 && t[2] > 0 && t[4] > 0 && t[8] > 0;
+    for (int r = 1; r <= SPEC_K_MAX + 1; r++) {
+        int lo = r >= 4 ? 4 : r >= 2 ? 2 : 1, hi = lo * 2 > ENGINE_VERIFY_ROWS ? lo : lo * 2;
+        double ms = hi == lo ? t[lo] : t[lo] + (t[hi] - t[lo]) * (r - lo) / (hi - lo);
+        c->vcost[r] = ok ? (ms / t[1] > 1 || r == 1 ? ms / t[1] : 1) : r;
+    }
+    e->spec_cost_ready = 1;
+    if (ok)
+        log_msg(LOG_INFO, "lossless_costs", "verifying 2, 4, 8 rows costs %.2f, %.2f, %.2f decode steps", c->vcost[2],
+                c->vcost[4], c->vcost[SPEC_K_MAX + 1]);
+}
+
 static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }
 
 /* Runs layers [l0, l1) over the N prompt rows, one layer at a time,
@@ -587,7 +618,7 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
                         : res->n_skipped                                     ? ENGINE_LAYERS_ACTIVE
                                                                              : ENGINE_LAYERS_FULL;
     memcpy(res->mask, final, (size_t)L);
-    if (lossless) spec_init(sp, L, final, order, n_order, n_skip);
+    if (lossless) spec_init(sp, L, final, order, n_order, n_skip, &e->spec_cost);
     char err[256];
     if (model_state_set_mask(st, m, e->kb, lossless ? full : final, err, sizeof err)) {
         snprintf(res->error, sizeof res->error, "%s", err);
@@ -754,7 +785,6 @@ static int pick_speculative(gen *g, int32_t tok, int32_t *out, int *n_out) {
     int room = g->gp->max_tokens - res->n_generated - 1, k;
     if (g->n_ctx - 1 - g->pos < room) room = g->n_ctx - 1 - g->pos;
     int ng = room > 0 ? spec_ngram(g->hist, g->n_hist, draft, SPEC_K_MAX) : 0;
-    double t = now_ms();
     spec_source src = spec_plan(g->spec, res->n_generated, ng, room, &k);
     int rc;
     if (src == SPEC_PLAIN) {
@@ -770,7 +800,7 @@ static int pick_speculative(gen *g, int32_t tok, int32_t *out, int *n_out) {
         res->n_drafted += k;
         res->n_accepted += *n_out - 1;
     }
-    spec_record(g->spec, src, k, *n_out - 1, *n_out, now_ms() - t, res->n_generated + *n_out);
+    spec_record(g->spec, src, k, *n_out - 1, res->n_generated + *n_out);
     return 0;
 }
 
@@ -850,6 +880,7 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     if (!g.logits || !g.piece || !g.hist || (lossless && gen_spec_alloc(&g, m->n_vocab))) goto oom;
     memcpy(g.hist, prompt, (size_t)n_prompt * sizeof *g.hist);
     g.n_hist = n_prompt;
+    if (lossless && !e->spec_cost_ready) spec_costs_measure(e);
     /* While the probe has not decided, only layers 0..k-1 get a KV cache. */
     uint8_t first[MASK_MAX_LAYERS];
     for (int l = 0; l < m->n_layers; l++) first[l] = probing ? l < k : 1;

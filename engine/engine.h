@@ -47,6 +47,9 @@ typedef struct {
     int scratch_fail_request;  /* its backend scratch allocation fails (when it allocates) */
     int kernel_fail_request;   /* a backend operation fails, the first one after ... */
     int kernel_fail_token;     /* ... this many tokens were generated (0: in prefill) */
+    /* Testing: lossless mode drafts whenever it can, as if verifying and
+     * drafting cost nothing (its cost model would often decline). */
+    int spec_always;
 } engine_params;
 
 /* What the layer-skipping machinery did for a request (x-layer-status). */

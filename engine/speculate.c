@@ -1,14 +1,11 @@
 /* speculate.c - draft policy, prompt lookup and speculative sampling. */
 #include "engine/speculate.h"
 
+#include <math.h>
 #include <string.h>
 
-#define SPEC_WARMUP 2        /* plain steps before any draft: they time plain decoding */
-#define SPEC_JUDGE_AFTER 3   /* verifications before a source's speed is judged */
-#define SPEC_BACKOFF_FIRST 16
-#define SPEC_BACKOFF_MAX 512
 #define SPEC_WINDOW 24       /* layer-drafted tokens between changes of the mask */
-#define SPEC_EMA 0.25
+#define SPEC_EMA 0.3
 
 static void mask_build(spec_state *s) {
     if (!s->n_order) return;
@@ -16,7 +13,8 @@ static void mask_build(spec_state *s) {
     for (int i = 0; i < s->n_skip; i++) s->mask[s->order[i]] = 0;
 }
 
-void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip) {
+void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip,
+               const spec_costs *cost) {
     memset(s, 0, sizeof *s);
     s->n_layers = n_layers;
     memcpy(s->mask, mask, (size_t)n_layers);
@@ -25,31 +23,64 @@ void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *orde
         s->n_order = n_order;
         s->n_skip = n_skip;
     }
-    for (int i = 0; i < SPEC_N_SOURCES; i++) {
-        s->k[i] = i == SPEC_LAYERS ? 4 : SPEC_K_MAX;
-        s->backoff_len[i] = SPEC_BACKOFF_FIRST;
-    }
+    s->cost = *cost;
+    s->rate[SPEC_NGRAM] = 0.5; /* priors: an n-gram that matched, a draft the probe chose */
+    s->rate[SPEC_LAYERS] = 0.8;
 }
 
-static int mask_skips(const spec_state *s) {
-    for (int l = 0; l < s->n_layers; l++)
-        if (!s->mask[l]) return 1;
-    return 0;
+/* A layer draft step's cost: the head and the layers the mask computes. */
+static double draft_step_cost(const spec_state *s) {
+    double c = s->cost.head;
+    for (int l = 0; l < s->n_layers; l++) c += s->mask[l] ? s->cost.layer[l] : 0;
+    return c;
+}
+
+double spec_yield(double a, int k, double c, const double *vcost) {
+    double tokens = a >= 1 ? k + 1 : (1 - pow(a, k + 1)) / (1 - a);
+    return tokens / (vcost[k + 1] + k * c);
+}
+
+/* The best draft length up to KMAX for SRC and its yield (0 when none). */
+static double best_k(const spec_state *s, spec_source src, int kmax, double c, int *k) {
+    double best = 0;
+    *k = 0;
+    for (int j = 1; j <= kmax; j++) {
+        double y = spec_yield(s->rate[src], j, c, s->cost.vcost);
+        if (y > best) {
+            best = y;
+            *k = j;
+        }
+    }
+    return best;
 }
 
 spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, int *k) {
+    int kn = 0, kl = 0;
     *k = 0;
-    if (room < 1 || s->cycles[SPEC_PLAIN] < SPEC_WARMUP) return SPEC_PLAIN;
-    spec_source src = SPEC_PLAIN;
-    if (ngram_len > 0 && n_generated >= s->backoff_until[SPEC_NGRAM]) {
-        src = SPEC_NGRAM;
-        *k = ngram_len < s->k[SPEC_NGRAM] ? ngram_len : s->k[SPEC_NGRAM];
-    } else if (mask_skips(s) && n_generated >= s->backoff_until[SPEC_LAYERS]) {
-        src = SPEC_LAYERS;
-        *k = s->k[SPEC_LAYERS];
+    if (room < 1) return SPEC_PLAIN;
+    int kmax = room < SPEC_K_MAX ? room : SPEC_K_MAX;
+    double yn = ngram_len > 0 ? best_k(s, SPEC_NGRAM, ngram_len < kmax ? ngram_len : kmax, 0, &kn) : 0;
+    double c = draft_step_cost(s);
+    double yl = c < 1 ? best_k(s, SPEC_LAYERS, kmax, c, &kl) : 0;
+    /* a source left unused for a while is tried once more, briefly */
+    int explore_n = ngram_len > 0 && n_generated - s->last_used[SPEC_NGRAM] >= SPEC_EXPLORE;
+    int explore_l = c < 1 && n_generated - s->last_used[SPEC_LAYERS] >= SPEC_EXPLORE;
+    if (yn >= SPEC_MARGIN && yn >= yl) {
+        *k = kn;
+        return SPEC_NGRAM;
     }
-    if (*k > room) *k = room;
-    return *k > 0 ? src : SPEC_PLAIN;
+    if (yl >= SPEC_MARGIN) {
+        *k = kl;
+        return SPEC_LAYERS;
+    }
+    if (explore_n || explore_l) {
+        spec_source src = explore_n ? SPEC_NGRAM : SPEC_LAYERS;
+        s->last_used[src] = n_generated;
+        *k = 2 < kmax ? 2 : kmax;
+        if (src == SPEC_NGRAM && *k > ngram_len) *k = ngram_len;
+        return src;
+    }
+    return SPEC_PLAIN;
 }
 
 /* Layer drafts: more layers skipped while nearly every token is kept, fewer
@@ -63,35 +94,24 @@ static int adapt_mask(spec_state *s) {
     s->win_drafted = s->win_accepted = 0;
     if (s->n_skip == before) return 0;
     mask_build(s);
-    s->cycles[SPEC_LAYERS] = 0; /* a new draft model: judge its speed afresh */
     return 1;
 }
 
-int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int emitted, double ms, int n_generated) {
-    double per = emitted > 0 ? ms / emitted : ms;
-    s->ms_tok[src] = s->cycles[src] ? (1 - SPEC_EMA) * s->ms_tok[src] + SPEC_EMA * per : per;
-    s->cycles[src]++;
-    if (src == SPEC_PLAIN) return 0;
+int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int n_generated) {
+    if (src == SPEC_PLAIN || drafted < 1) return 0;
     s->verifications++;
     s->drafted += drafted;
     s->accepted += accepted;
-    /* draft length: one longer after a fully kept draft, one shorter after a miss at its start */
-    if (accepted == drafted && s->k[src] < SPEC_K_MAX) s->k[src]++;
-    else if (accepted == 0 && s->k[src] > 1) s->k[src]--;
-    int changed = 0;
-    if (src == SPEC_LAYERS) {
-        s->win_drafted += drafted;
-        s->win_accepted += accepted;
-        changed = adapt_mask(s);
-    }
-    /* slower per token than plain decoding: back off, twice as long each time */
-    if (!changed && s->cycles[src] >= SPEC_JUDGE_AFTER && s->ms_tok[src] > s->ms_tok[SPEC_PLAIN]) {
-        s->backoff_until[src] = n_generated + s->backoff_len[src];
-        if (s->backoff_len[src] < SPEC_BACKOFF_MAX) s->backoff_len[src] *= 2;
-        s->cycles[src] = 0;
-        s->k[src] = src == SPEC_LAYERS ? 4 : SPEC_K_MAX;
-    }
-    return changed;
+    s->last_used[src] = n_generated;
+    /* per-token rate: a rejection ends the draft, so the tokens seen are
+     * the accepted ones plus the rejected one */
+    int seen = accepted < drafted ? accepted + 1 : drafted;
+    double r = (double)accepted / seen;
+    s->rate[src] = (1 - SPEC_EMA) * s->rate[src] + SPEC_EMA * r;
+    if (src != SPEC_LAYERS) return 0;
+    s->win_drafted += drafted;
+    s->win_accepted += accepted;
+    return adapt_mask(s);
 }
 
 int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out) {

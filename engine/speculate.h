@@ -15,10 +15,17 @@
  * the normalised residual max(0, p - q), so that every token has exactly
  * the full model's distribution (spec_sample_verify).
  *
- * Each draft source pays only when it beats plain decoding: the time per
- * emitted token of each source is measured against that of plain steps,
- * and a source that is slower backs off (for 16, then 32, ... tokens), so
- * that a request whose drafts are rejected decodes plainly.
+ * Each draft source is used only when it is expected to pay, by a cost
+ * model in units of one decode step: a verification of r rows costs
+ * vcost[r] (measured once per engine: ilpd bench --verify prints the same
+ * table), a layer draft step the share of the weights its mask computes.
+ * With a per-token acceptance rate a (a moving average per source), k
+ * drafted tokens yield (1 - a^(k+1)) / (1 - a) tokens for vcost[k+1] + k
+ * draft steps; the source and k with the best yield per cost are chosen,
+ * and plain decoding (yield 1 per 1) when none beats it by SPEC_MARGIN. A
+ * source left unused is tried again now and then (its rate may have
+ * changed), so a request whose drafts are rejected decodes plainly, less a
+ * short probe every SPEC_EXPLORE tokens.
  *
  * This module is bookkeeping and arithmetic only; the generate loop
  * (engine/engine.c) runs the model.
@@ -36,18 +43,26 @@
 #define SPEC_NGRAM_MIN 2
 #define SPEC_NGRAM_MAX 4
 #define SPEC_SKIP_THRESHOLD 0.75f /* a layer the probe rates below this need is skipped by the first draft */
+#define SPEC_MARGIN 1.05          /* expected speed-up a draft must promise over plain decoding */
+#define SPEC_EXPLORE 24           /* tokens after which an unused source is tried again */
 
 typedef enum { SPEC_PLAIN, SPEC_NGRAM, SPEC_LAYERS, SPEC_N_SOURCES } spec_source;
+
+/* What drafting costs on this engine, in decode steps. */
+typedef struct {
+    double vcost[SPEC_K_MAX + 2];  /* vcost[r]: a verification of r rows (vcost[1] = 1) */
+    double layer[MASK_MAX_LAYERS]; /* one layer's share of a decode step */
+    double head;                   /* the output head's share */
+} spec_costs;
 
 typedef struct {
     int n_layers;
     uint8_t mask[MASK_MAX_LAYERS]; /* the draft mask (layer drafts) */
     int order[MASK_MAX_LAYERS];    /* candidate layers, the most skippable first */
     int n_order, n_skip;           /* the first n_skip of ORDER are skipped; n_order 0: the mask is fixed */
-    int k[SPEC_N_SOURCES];         /* current draft length per source */
-    double ms_tok[SPEC_N_SOURCES]; /* moving average of ms per emitted token */
-    int cycles[SPEC_N_SOURCES];    /* verifications since the source (re)started */
-    int backoff_until[SPEC_N_SOURCES], backoff_len[SPEC_N_SOURCES];
+    spec_costs cost;
+    double rate[SPEC_N_SOURCES];   /* moving average of the per-token acceptance */
+    int last_used[SPEC_N_SOURCES]; /* n_generated when the source last drafted */
     int win_drafted, win_accepted; /* layer drafts since the mask last changed */
     int drafted, accepted, verifications; /* totals (drafts of both sources) */
 } spec_state;
@@ -56,21 +71,26 @@ typedef struct {
  * mask; ORDER/N_ORDER the candidate layers the most skippable first and
  * N_SKIP of them skipped in MASK, or N_ORDER 0 when the mask may not change
  * (forced, or a client's hint applied). A mask that skips nothing means no
- * layer drafts. */
-void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip);
+ * layer drafts. COST: the engine's costs (copied). */
+void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip,
+               const spec_costs *cost);
 
-/* What to do next, after N_GENERATED tokens: SPEC_NGRAM when an n-gram
- * draft of NGRAM_LEN tokens is at hand and that source is not backing off,
- * else SPEC_LAYERS when the draft mask skips layers and that source is not
- * backing off, else SPEC_PLAIN. *K gets the number of tokens to draft
- * (at most ROOM, the tokens that may still be generated minus one). */
+/* What to do next, after N_GENERATED tokens: SPEC_NGRAM (an n-gram draft
+ * of NGRAM_LEN tokens is at hand), SPEC_LAYERS (the draft mask skips
+ * layers) or SPEC_PLAIN, whichever the cost model expects to be fastest.
+ * *K gets the number of tokens to draft (at most ROOM, the tokens that may
+ * still be generated minus one). */
 spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, int *k);
 
-/* Records a verification (or a plain step: DRAFTED 0) from SRC: DRAFTED
- * tokens proposed, ACCEPTED of them kept, EMITTED tokens handed on, in MS
- * milliseconds. Adapts draft lengths, the draft mask and the back-off.
- * Returns 1 when the draft mask changed. */
-int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int emitted, double ms, int n_generated);
+/* Records a verification from SRC (not SPEC_PLAIN) after N_GENERATED
+ * tokens: DRAFTED tokens proposed, ACCEPTED of them kept. Adapts the
+ * acceptance rate and the draft mask. Returns 1 when the mask changed. */
+int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int n_generated);
+
+/* The expected tokens per decode step's cost of drafting K tokens at
+ * acceptance rate A when a draft step costs C and a verification of r
+ * rows VCOST[r]. */
+double spec_yield(double a, int k, double c, const double *vcost);
 
 /* Prompt lookup: finds the latest earlier occurrence of the last g tokens
  * of HIST (g from SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN) and copies the

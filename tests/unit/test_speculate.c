@@ -1,5 +1,8 @@
 /* test_speculate.c - lossless mode (engine/speculate.h).
  *  - prompt lookup finds the latest earlier occurrence of the text's tail;
+ *  - the cost model drafts when verification is cheap, never when it costs
+ *    as much as decoding, stops a source whose drafts are rejected and
+ *    tries it again later;
  *  - speculative sampling of one token draws exactly from p, whatever the
  *    draft's q (chi-square against p over 200000 draws, q random, q far
  *    from p, and the one-hot q of an n-gram draft);
@@ -39,6 +42,37 @@ static void test_ngram(void) {
     int32_t two[] = {9, 4, 2, 8, 1, 4, 2};
     n = spec_ngram(two, 7, out, 8);
     CHECK(n == 4 && out[0] == 8 && out[3] == 2, "prompt lookup: a 2-token tail");
+}
+
+/* The cost model: a draft is used when it is expected to pay, not otherwise;
+ * rejections turn a source off, and it is tried again later. */
+static void test_policy(void) {
+    spec_costs cheap = {0}, dear = {0};
+    for (int r = 0; r <= SPEC_K_MAX + 1; r++) {
+        cheap.vcost[r] = 1 + 0.1 * (r - 1); /* a memory-bound model: rows nearly free */
+        dear.vcost[r] = r;                  /* every row a decode step: nothing can pay */
+    }
+    for (int l = 0; l < 8; l++) cheap.layer[l] = dear.layer[l] = 0.1;
+    cheap.head = dear.head = 0.2;
+    uint8_t mask[8] = {1, 1, 0, 0, 0, 0, 0, 1};
+    int order[5] = {2, 3, 4, 5, 6}, k;
+    spec_state s;
+    spec_init(&s, 8, mask, order, 5, 5, &dear);
+    CHECK(spec_plan(&s, 5, 6, 50, &k) == SPEC_PLAIN && k == 0, "policy: verification as dear as decoding: plain decoding");
+    spec_init(&s, 8, mask, order, 5, 5, &cheap);
+    spec_source src = spec_plan(&s, 5, 6, 50, &k);
+    CHECK(src == SPEC_NGRAM && k >= 2 && k <= 6, "policy: cheap verification and an n-gram at hand: an n-gram draft (k %d)", k);
+    src = spec_plan(&s, 5, 6, 1, &k);
+    CHECK(k == 1, "policy: never more drafts than room for tokens");
+    src = spec_plan(&s, 5, 0, 50, &k);
+    CHECK(src == SPEC_LAYERS && k >= 1, "policy: no n-gram: a layer draft (draft step 0.5 of a decode step, k %d)", k);
+    for (int i = 0; i < 8; i++) spec_record(&s, SPEC_NGRAM, 4, 0, 6 + i);
+    src = spec_plan(&s, 14, 6, 50, &k);
+    CHECK(src != SPEC_NGRAM, "policy: n-gram drafts all rejected: no more n-gram drafts (rate %.2f)", s.rate[SPEC_NGRAM]);
+    src = spec_plan(&s, 14 + SPEC_EXPLORE, 6, 50, &k);
+    CHECK(src == SPEC_NGRAM && k <= 2, "policy: %d tokens later the n-gram draft is tried again, briefly", SPEC_EXPLORE);
+    double y1 = spec_yield(0.9, 4, 0, cheap.vcost), y2 = spec_yield(0.3, 4, 0, cheap.vcost);
+    CHECK(y1 > y2 && y1 > 2.5 && spec_yield(0.9, 4, 0, dear.vcost) < 1, "policy: yield grows with acceptance (%.2f vs %.2f)", y1, y2);
 }
 
 /* Chi-square of COUNTS (n bins, total N) against probabilities P. */
@@ -277,9 +311,12 @@ static void test_sampling_distribution(engine *e) {
 
 int main(void) {
     test_ngram();
+    test_policy();
     test_sample_verify();
     char err[512];
-    engine_params p = {.model_path = MODEL, .n_threads = 2, .device = ENGINE_DEVICE_CPU, .layer_skip = 1, .probe_path = PROBE};
+    /* spec_always: drafts whenever possible (the cost model declines most on this model) */
+    engine_params p = {.model_path = MODEL, .n_threads = 2, .device = ENGINE_DEVICE_CPU, .layer_skip = 1, .probe_path = PROBE,
+                       .spec_always = 1};
     engine *e = engine_open(&p, err, sizeof err);
     CHECK(e != NULL && engine_get_info(e)->probe_loaded, "the demo model and its probe load (%s)", e ? "ok" : err);
     if (e) {

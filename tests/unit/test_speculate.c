@@ -69,7 +69,8 @@ static void test_policy(void) {
     for (int i = 0; i < 8; i++) spec_record(&s, SPEC_NGRAM, 4, 0, 6 + i);
     src = spec_plan(&s, 14, 6, 50, &k);
     CHECK(src != SPEC_NGRAM, "policy: n-gram drafts all rejected: no more n-gram drafts (rate %.2f)", s.rate[SPEC_NGRAM]);
-    spec_init(&s, 8, mask, order, 0, 0, &dear);
+    uint8_t full[8] = {1, 1, 1, 1, 1, 1, 1, 1}; /* no layer drafts: only the n-gram source */
+    spec_init(&s, 8, full, NULL, 0, 0, &dear);
     int plain = spec_plan(&s, 5, 6, 50, &k) == SPEC_PLAIN;
     src = spec_plan(&s, 5 + SPEC_EXPLORE, 6, 50, &k);
     int again = spec_plan(&s, 6 + SPEC_EXPLORE, 6, 50, &k) == SPEC_PLAIN;

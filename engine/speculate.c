@@ -61,10 +61,12 @@ spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, i
     int kmax = room < SPEC_K_MAX ? room : SPEC_K_MAX;
     double yn = ngram_len > 0 ? best_k(s, SPEC_NGRAM, ngram_len < kmax ? ngram_len : kmax, 0, &kn) : 0;
     double c = draft_step_cost(s);
-    double yl = c < 1 ? best_k(s, SPEC_LAYERS, kmax, c, &kl) : 0;
+    int layers = 0; /* a mask that skips nothing drafts nothing */
+    for (int l = 0; l < s->n_layers; l++) layers |= !s->mask[l];
+    double yl = layers ? best_k(s, SPEC_LAYERS, kmax, c, &kl) : 0;
     /* a source left unused for a while is tried once more, briefly */
     int explore_n = ngram_len > 0 && n_generated - s->last_used[SPEC_NGRAM] >= SPEC_EXPLORE;
-    int explore_l = c < 1 && n_generated - s->last_used[SPEC_LAYERS] >= SPEC_EXPLORE;
+    int explore_l = layers && n_generated - s->last_used[SPEC_LAYERS] >= SPEC_EXPLORE;
     if (yn >= SPEC_MARGIN && yn >= yl) {
         *k = kn;
         return SPEC_NGRAM;

@@ -19,7 +19,8 @@
 
 const char cli_eval_usage[] =
     "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--ppl-text FILE]\n"
-    "                [-t THREADS] [-c CTX] [--max-prompts N]\n";
+    "                [-t THREADS] [-c CTX] [--max-prompts N] [--draft-always]\n"
+    "                (--draft-always: lossless mode drafts whenever it can, not only when its cost model expects a gain)\n";
 
 typedef struct {
     char *text;

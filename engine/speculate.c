@@ -24,8 +24,9 @@ void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *orde
         s->n_skip = n_skip;
     }
     s->cost = *cost;
-    s->rate[SPEC_NGRAM] = 0.5; /* priors: an n-gram that matched, a draft the probe chose */
+    s->rate[SPEC_NGRAM] = 0.4; /* priors: an n-gram that matched, a draft the probe chose */
     s->rate[SPEC_LAYERS] = 0.8;
+    for (int i = 0; i < SPEC_N_SOURCES; i++) s->explore_gap[i] = SPEC_EXPLORE;
 }
 
 /* A layer draft step's cost: the head and the layers the mask computes. */
@@ -65,19 +66,22 @@ spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, i
     for (int l = 0; l < s->n_layers; l++) layers |= !s->mask[l];
     double yl = layers ? best_k(s, SPEC_LAYERS, kmax, c, &kl) : 0;
     /* a source left unused for a while is tried once more, briefly */
-    int explore_n = ngram_len > 0 && n_generated - s->last_used[SPEC_NGRAM] >= SPEC_EXPLORE;
-    int explore_l = layers && n_generated - s->last_used[SPEC_LAYERS] >= SPEC_EXPLORE;
+    int explore_n = ngram_len > 0 && n_generated - s->last_used[SPEC_NGRAM] >= s->explore_gap[SPEC_NGRAM];
+    int explore_l = layers && n_generated - s->last_used[SPEC_LAYERS] >= s->explore_gap[SPEC_LAYERS];
     if (yn >= SPEC_MARGIN && yn >= yl) {
         *k = kn;
+        s->explore_gap[SPEC_NGRAM] = SPEC_EXPLORE;
         return SPEC_NGRAM;
     }
     if (yl >= SPEC_MARGIN) {
         *k = kl;
+        s->explore_gap[SPEC_LAYERS] = SPEC_EXPLORE;
         return SPEC_LAYERS;
     }
     if (explore_n || explore_l) {
         spec_source src = explore_n ? SPEC_NGRAM : SPEC_LAYERS;
         s->last_used[src] = n_generated;
+        if (s->explore_gap[src] < 16 * SPEC_EXPLORE) s->explore_gap[src] *= 2;
         *k = 2 < kmax ? 2 : kmax;
         if (src == SPEC_NGRAM && *k > ngram_len) *k = ngram_len;
         return src;

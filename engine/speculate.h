@@ -25,7 +25,7 @@
  * and plain decoding (yield 1 per 1) when none beats it by SPEC_MARGIN. A
  * source left unused is tried again now and then (its rate may have
  * changed), so a request whose drafts are rejected decodes plainly, less a
- * short probe every SPEC_EXPLORE tokens.
+ * short probe after SPEC_EXPLORE tokens, then 2, 4, ... times as many.
  *
  * This module is bookkeeping and arithmetic only; the generate loop
  * (engine/engine.c) runs the model.
@@ -43,7 +43,7 @@
 #define SPEC_NGRAM_MIN 2
 #define SPEC_NGRAM_MAX 4
 #define SPEC_SKIP_THRESHOLD 0.75f /* a layer the probe rates below this need is skipped by the first draft */
-#define SPEC_MARGIN 1.05          /* expected speed-up a draft must promise over plain decoding */
+#define SPEC_MARGIN 1.10          /* expected speed-up a draft must promise over plain decoding */
 #define SPEC_EXPLORE 24           /* tokens after which an unused source is tried again */
 
 typedef enum { SPEC_PLAIN, SPEC_NGRAM, SPEC_LAYERS, SPEC_N_SOURCES } spec_source;
@@ -63,6 +63,7 @@ typedef struct {
     spec_costs cost;
     double rate[SPEC_N_SOURCES];   /* moving average of the per-token acceptance */
     int last_used[SPEC_N_SOURCES]; /* n_generated when the source last drafted */
+    int explore_gap[SPEC_N_SOURCES]; /* tokens before an unused source is tried again (doubles while it does not pay) */
     int win_drafted, win_accepted; /* layer drafts since the mask last changed */
     int drafted, accepted, verifications; /* totals (drafts of both sources) */
 } spec_state;

@@ -157,6 +157,8 @@ static int context_size(const engine_params *p, const model *m, kb_kv_type kv_ty
     return n;
 }
 
+static void spec_costs_measure(engine *e);
+
 engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -248,6 +250,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
         e->spec_cost_ready = 1;
     }
     probe_find(e, p);
+    if (!e->spec_cost_ready) spec_costs_measure(e);
     return e;
 oom:
     snprintf(err, errlen, "%s: out of memory", p->model_path);
@@ -390,50 +393,57 @@ int engine_warm(engine *e) {
 
 _Static_assert(ENGINE_VERIFY_ROWS == KB_EXACT_ROWS, "a verification is one batch-invariant matmul");
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double engine_bench_rows(engine *e, int pos, int rows, int reps) {
+/* Times passes of SIZES[i] rows (each 1..KB_EXACT_ROWS) through every layer
+ * and the head after a context of POS tokens: ROUNDS rounds, each timing
+ * REPS passes of every size in turn (so that other work on the machine
+ * falls on all sizes alike); BEST[i] gets the best round's ms per pass.
+ * Returns 0 or -1. */
+static int time_rows(engine *e, int pos, const int *sizes, int n_sizes, int reps, int rounds, double *best) {
     const model *m = &e->model;
-    enum { ROUNDS = 5 };
-    double round_ms[ROUNDS], ms = -1;
     int32_t tokens[KB_EXACT_ROWS] = {0};
     model_state st;
     char err[256];
-    if (rows < 1 || rows > KB_EXACT_ROWS || pos < 1 || pos + rows > e->info.n_ctx || reps < 1) return -1;
+    int max = 0, rc = -1;
+    for (int i = 0; i < n_sizes; i++) {
+        if (sizes[i] < 1 || sizes[i] > KB_EXACT_ROWS) return -1;
+        max = sizes[i] > max ? sizes[i] : max;
+        best[i] = -1;
+    }
+    if (pos < 1 || pos + max > e->info.n_ctx || reps < 1) return -1;
     int32_t *ctx = calloc((size_t)pos, sizeof *ctx);
     float *logits = malloc((size_t)KB_EXACT_ROWS * m->n_vocab * sizeof *logits);
     kb_error_clear(e->kb);
-    if (!ctx || !logits || model_state_init(&st, m, e->kb, pos + rows, pos, NULL, e->kv_type, err, sizeof err)) {
-        free(ctx);
-        free(logits);
-        return -1;
-    }
+    if (!ctx || !logits || model_state_init(&st, m, e->kb, pos + max, pos, NULL, e->kv_type, err, sizeof err)) goto done;
     model_embed(m, e->kb, &st, ctx, pos);
     model_forward_layers(m, e->kb, &st, pos, 0, 0, m->n_layers);
-    for (int r = 0; r < ROUNDS; r++) {
-        double t = now_ms();
-        for (int i = 0; i < reps; i++) {
-            model_embed(m, e->kb, &st, tokens, rows);
-            model_forward_layers(m, e->kb, &st, rows, pos, 0, m->n_layers);
-            model_logits(m, e->kb, &st, 0, rows, logits);
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n_sizes; i++) {
+            double t = now_ms();
+            for (int j = 0; j < reps; j++) {
+                model_embed(m, e->kb, &st, tokens, sizes[i]);
+                model_forward_layers(m, e->kb, &st, sizes[i], pos, 0, m->n_layers);
+                model_logits(m, e->kb, &st, 0, sizes[i], logits);
+            }
+            double ms = (now_ms() - t) / reps;
+            if (best[i] < 0 || ms < best[i]) best[i] = ms;
         }
-        round_ms[r] = (now_ms() - t) / reps;
-    }
-    qsort(round_ms, ROUNDS, sizeof *round_ms, cmp_double);
-    if (!kb_error(e->kb)) ms = round_ms[0];
+    rc = kb_error(e->kb) ? -1 : 0;
     model_state_free(&st, e->kb);
+done:
     free(ctx);
     free(logits);
-    return ms;
+    return rc;
 }
 
-/* Lossless mode's cost model (speculate.h), once per engine: each layer's
+double engine_bench_rows(engine *e, int pos, int rows, int reps) {
+    double ms;
+    return time_rows(e, pos, &rows, 1, reps, 5, &ms) ? -1 : ms;
+}
+
+/* Lossless mode's cost model (speculate.h), once per engine (at open): each layer's
  * and the head's share of the weights a decode step reads, and the cost of
  * verifying 1, 2, 4 and 8 rows against one (measured on a short context,
- * the best of 5 rounds; the sizes between interpolated). A failed
+ * the best of 7 interleaved rounds; the sizes between interpolated). A failed
  * measurement leaves r rows costing r: no draft ever pays. */
 static void spec_costs_measure(engine *e) {
     spec_costs *c = &e->spec_cost;
@@ -441,9 +451,11 @@ static void spec_costs_measure(engine *e) {
     for (int l = 0; l < e->info.n_layers; l++) total += (double)e->info.layer_bytes[l];
     for (int l = 0; l < e->info.n_layers; l++) c->layer[l] = total > 0 ? e->info.layer_bytes[l] / total : 0;
     c->head = total > 0 ? e->info.head_bytes / total : 0;
-    int pos = e->info.n_ctx > 2 * ENGINE_VERIFY_ROWS ? ENGINE_VERIFY_ROWS : 0;
-    for (int r = 1; r <= ENGINE_VERIFY_ROWS; r *= 2) t[r] = pos ? engine_bench_rows(e, pos, r, 1) : -1;
-    int ok = t[1] > 0 && t[2] > 0 && t[4] > 0 && t[8] > 0;
+    static const int sizes[4] = {1, 2, 4, 8};
+    double best[4];
+    int ok = e->info.n_ctx > 2 * ENGINE_VERIFY_ROWS && time_rows(e, ENGINE_VERIFY_ROWS, sizes, 4, 1, 7, best) == 0;
+    for (int i = 0; i < 4; i++) t[sizes[i]] = ok ? best[i] : -1;
+    ok = ok && t[1] > 0;
     for (int r = 1; r <= SPEC_K_MAX + 1; r++) {
         int lo = r >= 4 ? 4 : r >= 2 ? 2 : 1, hi = lo * 2 > ENGINE_VERIFY_ROWS ? lo : lo * 2;
         double ms = hi == lo ? t[lo] : t[lo] + (t[hi] - t[lo]) * (r - lo) / (hi - lo);
@@ -880,7 +892,6 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     if (!g.logits || !g.piece || !g.hist || (lossless && gen_spec_alloc(&g, m->n_vocab))) goto oom;
     memcpy(g.hist, prompt, (size_t)n_prompt * sizeof *g.hist);
     g.n_hist = n_prompt;
-    if (lossless && !e->spec_cost_ready) spec_costs_measure(e);
     /* While the probe has not decided, only layers 0..k-1 get a KV cache. */
     uint8_t first[MASK_MAX_LAYERS];
     for (int l = 0; l < m->n_layers; l++) first[l] = probing ? l < k : 1;

@@ -47,8 +47,9 @@ typedef struct {
     int scratch_fail_request;  /* its backend scratch allocation fails (when it allocates) */
     int kernel_fail_request;   /* a backend operation fails, the first one after ... */
     int kernel_fail_token;     /* ... this many tokens were generated (0: in prefill) */
-    /* Testing: lossless mode drafts whenever it can, as if verifying and
-     * drafting cost nothing (its cost model would often decline). */
+    /* Testing and `eval --draft-always`: lossless mode drafts whenever it
+     * can, as if verifying and drafting cost nothing (its cost model would
+     * often decline), and the engine measures no costs at open. */
     int spec_always;
 } engine_params;
 
@@ -219,8 +220,8 @@ int engine_warm(engine *e);
 /* Benchmarks: the cost of verifying drafted tokens. After a context of POS
  * tokens, runs REPS passes of ROWS rows (1..ENGINE_VERIFY_ROWS) at positions
  * POS.. through every layer and the output head, as a verification does.
- * Returns the mean milliseconds of one pass (the median of 5 rounds of
- * REPS), or -1. */
+ * Returns the milliseconds of one pass (the mean over REPS passes, the best
+ * of 5 such rounds: other work on the machine only adds), or -1. */
 double engine_bench_rows(engine *e, int pos, int rows, int reps);
 #define ENGINE_VERIFY_ROWS 8 /* rows of one verification at most (KB_EXACT_ROWS) */
 

@@ -157,8 +157,6 @@ static int context_size(const engine_params *p, const model *m, kb_kv_type kv_ty
     return n;
 }
 
-static void spec_costs_measure(engine *e);
-
 engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -250,7 +248,6 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
         e->spec_cost_ready = 1;
     }
     probe_find(e, p);
-    if (!e->spec_cost_ready) spec_costs_measure(e);
     return e;
 oom:
     snprintf(err, errlen, "%s: out of memory", p->model_path);
@@ -440,12 +437,13 @@ double engine_bench_rows(engine *e, int pos, int rows, int reps) {
     return time_rows(e, pos, &rows, 1, reps, 5, &ms) ? -1 : ms;
 }
 
-/* Lossless mode's cost model (speculate.h), once per engine (at open): each layer's
+/* Lossless mode's cost model (speculate.h), once per engine: each layer's
  * and the head's share of the weights a decode step reads, and the cost of
  * verifying 1, 2, 4 and 8 rows against one (measured on a short context,
  * the best of 7 interleaved rounds; the sizes between interpolated). A failed
  * measurement leaves r rows costing r: no draft ever pays. */
-static void spec_costs_measure(engine *e) {
+void engine_measure_costs(engine *e) {
+    if (e->spec_cost_ready) return;
     spec_costs *c = &e->spec_cost;
     double total = (double)e->info.head_bytes, t[ENGINE_VERIFY_ROWS + 1];
     for (int l = 0; l < e->info.n_layers; l++) total += (double)e->info.layer_bytes[l];
@@ -863,6 +861,7 @@ static int check_request(const engine *e, const int32_t *prompt, int n_prompt, c
 void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
                     const engine_callbacks *cb, engine_result *res) {
     const model *m = &e->model;
+    if (gp->skip_mode == ENGINE_SKIP_LOSSLESS) engine_measure_costs(e); /* once: not this request's time */
     double t0 = now_ms();
     memset(res, 0, sizeof *res);
     res->stop_index = -1;

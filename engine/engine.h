@@ -225,6 +225,12 @@ int engine_warm(engine *e);
 double engine_bench_rows(engine *e, int pos, int rows, int reps);
 #define ENGINE_VERIFY_ROWS 8 /* rows of one verification at most (KB_EXACT_ROWS) */
 
+/* Measures lossless mode's cost model (what verifying 1..8 rows costs against
+ * one decode step: a few dozen passes, once per engine; logged as
+ * lossless_costs). The first lossless generation does it when nobody did;
+ * a server calls it at start so that no request waits for it. */
+void engine_measure_costs(engine *e);
+
 /* Runs layers 0..k-1 over the prompt TOKENS and writes the probe's
  * PROBE_N_FEATURES features (probe/probe_features.h) into FEATURES. Returns 0 or -1. */
 int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features);

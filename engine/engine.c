@@ -1,6 +1,7 @@
 /* engine.c - model + tokenizer + template + backend, and the generate loop. */
 #include "engine/engine.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +20,12 @@
 #include "engine/model.h"
 #include "probe/probe.h"
 #include "engine/sampler.h"
+#include "engine/speculate.h"
 #include "engine/textout.h"
 #include "engine/tokenizer.h"
 
 #define PIECE_MAX 1024 /* bytes of one token's text; longer pieces are cut */
-#define ENGINE_FORCED_MAX 32 /* tokens a constraint may force in one step */
+#define ENGINE_FORCED_MAX 32 /* tokens the output grammar may force in one step */
 
 struct engine {
     gguf_file *gguf;
@@ -40,7 +42,9 @@ struct engine {
     char *probe_path;
     float hint_max_deviation;
     int kv_fail_request, scratch_fail_request, kernel_fail_request, kernel_fail_token, n_requests;
-    grammar_vocab *gvocab;     /* the token pieces for constrained decoding, built at the first use */
+    grammar_vocab *gvocab;  /* the token pieces for constrained decoding, built at the first use */
+    spec_costs spec_cost;   /* lossless mode's cost model, measured at its first request */
+    int spec_cost_ready;
 };
 
 static double now_ms(void) {
@@ -242,6 +246,10 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     e->kernel_fail_request = p->kernel_fail_request;
     e->kernel_fail_token = p->kernel_fail_token;
     e->layer_skip = p->layer_skip;
+    if (p->spec_always) { /* verifications and drafts free: every draft pays */
+        for (int r = 0; r <= SPEC_K_MAX + 1; r++) e->spec_cost.vcost[r] = 1;
+        e->spec_cost_ready = 1;
+    }
     probe_find(e, p);
     return e;
 oom:
@@ -384,6 +392,83 @@ int engine_warm(engine *e) {
     return rc;
 }
 
+_Static_assert(ENGINE_VERIFY_ROWS == KB_EXACT_ROWS, "a verification is one batch-invariant matmul");
+
+/* Times passes of SIZES[i] rows (each 1..KB_EXACT_ROWS) through every layer
+ * and the head after a context of POS tokens: ROUNDS rounds, each timing
+ * REPS passes of every size in turn (so that other work on the machine
+ * falls on all sizes alike); BEST[i] gets the best round's ms per pass.
+ * Returns 0 or -1. */
+static int time_rows(engine *e, int pos, const int *sizes, int n_sizes, int reps, int rounds, double *best) {
+    const model *m = &e->model;
+    int32_t tokens[KB_EXACT_ROWS] = {0};
+    model_state st;
+    char err[256];
+    int max = 0, rc = -1;
+    for (int i = 0; i < n_sizes; i++) {
+        if (sizes[i] < 1 || sizes[i] > KB_EXACT_ROWS) return -1;
+        max = sizes[i] > max ? sizes[i] : max;
+        best[i] = -1;
+    }
+    if (pos < 1 || pos + max > e->info.n_ctx || reps < 1) return -1;
+    int32_t *ctx = calloc((size_t)pos, sizeof *ctx);
+    float *logits = malloc((size_t)KB_EXACT_ROWS * m->n_vocab * sizeof *logits);
+    kb_error_clear(e->kb);
+    if (!ctx || !logits || model_state_init(&st, m, e->kb, pos + max, pos, NULL, e->kv_type, err, sizeof err)) goto done;
+    model_embed(m, e->kb, &st, ctx, pos);
+    model_forward_layers(m, e->kb, &st, pos, 0, 0, m->n_layers);
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n_sizes; i++) {
+            double t = now_ms();
+            for (int j = 0; j < reps; j++) {
+                model_embed(m, e->kb, &st, tokens, sizes[i]);
+                model_forward_layers(m, e->kb, &st, sizes[i], pos, 0, m->n_layers);
+                model_logits(m, e->kb, &st, 0, sizes[i], logits);
+            }
+            double ms = (now_ms() - t) / reps;
+            if (best[i] < 0 || ms < best[i]) best[i] = ms;
+        }
+    rc = kb_error(e->kb) ? -1 : 0;
+    model_state_free(&st, e->kb);
+done:
+    free(ctx);
+    free(logits);
+    return rc;
+}
+
+double engine_bench_rows(engine *e, int pos, int rows, int reps) {
+    double ms;
+    return time_rows(e, pos, &rows, 1, reps, 5, &ms) ? -1 : ms;
+}
+
+/* Lossless mode's cost model (speculate.h), once per engine: each layer's
+ * and the head's share of the weights a decode step reads, and the cost of
+ * verifying 1, 2, 4 and 8 rows against one (measured on a short context,
+ * the best of 7 interleaved rounds; the sizes between interpolated). A failed
+ * measurement leaves r rows costing r: no draft ever pays. */
+void engine_measure_costs(engine *e) {
+    if (e->spec_cost_ready) return;
+    spec_costs *c = &e->spec_cost;
+    double total = (double)e->info.head_bytes, t[ENGINE_VERIFY_ROWS + 1];
+    for (int l = 0; l < e->info.n_layers; l++) total += (double)e->info.layer_bytes[l];
+    for (int l = 0; l < e->info.n_layers; l++) c->layer[l] = total > 0 ? e->info.layer_bytes[l] / total : 0;
+    c->head = total > 0 ? e->info.head_bytes / total : 0;
+    static const int sizes[4] = {1, 2, 4, 8};
+    double best[4];
+    int ok = e->info.n_ctx > 2 * ENGINE_VERIFY_ROWS && time_rows(e, ENGINE_VERIFY_ROWS, sizes, 4, 1, 7, best) == 0;
+    for (int i = 0; i < 4; i++) t[sizes[i]] = ok ? best[i] : -1;
+    ok = ok && t[1] > 0;
+    for (int r = 1; r <= SPEC_K_MAX + 1; r++) {
+        int lo = r >= 4 ? 4 : r >= 2 ? 2 : 1, hi = lo * 2 > ENGINE_VERIFY_ROWS ? lo : lo * 2;
+        double ms = hi == lo ? t[lo] : t[lo] + (t[hi] - t[lo]) * (r - lo) / (hi - lo);
+        c->vcost[r] = ok ? (ms / t[1] > 1 || r == 1 ? ms / t[1] : 1) : r;
+    }
+    e->spec_cost_ready = 1;
+    if (ok)
+        log_msg(LOG_INFO, "lossless_costs", "verifying 2, 4, 8 rows costs %.2f, %.2f, %.2f decode steps", c->vcost[2],
+                c->vcost[4], c->vcost[SPEC_K_MAX + 1]);
+}
+
 static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }
 
 /* Runs layers [l0, l1) over the N prompt rows, one layer at a time,
@@ -477,17 +562,52 @@ int engine_probe_mask(engine *e, const int32_t *tokens, int n, uint8_t *mask, fl
     return d.n_skipped;
 }
 
+/* Lossless mode's first draft mask from the probe's view of the request:
+ * the candidate layers ordered from the least needed (the probe's per-layer
+ * estimate; its calibration prior, the regressions' intercepts, when the
+ * features fall outside the calibration range), and skipped while their
+ * need is below SPEC_SKIP_THRESHOLD, whatever the confidence floor says (a
+ * draft only has to be mostly right). Writes MASK, ORDER, and returns the
+ * number skipped. */
+static int draft_mask(const probe *p, const probe_decision *d, uint8_t *mask, int *order) {
+    float need[PROBE_MAX_CANDIDATES];
+    for (int j = 0; j < p->n_cand; j++) {
+        need[j] = d->in_range ? d->needed[j] : (float)(1 - 1 / (1 + exp(-p->b[j])));
+        order[j] = j;
+    }
+    for (int i = 1; i < p->n_cand; i++) /* insertion sort by need, stable */
+        for (int j = i; j > 0 && need[order[j]] < need[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int n_skip = 0;
+    memset(mask, 1, (size_t)p->n_layers);
+    for (int i = 0; i < p->n_cand; i++) {
+        if (need[order[i]] < SPEC_SKIP_THRESHOLD) n_skip = i + 1;
+        order[i] = p->cand[order[i]];
+    }
+    for (int i = 0; i < n_skip; i++) mask[order[i]] = 0;
+    return n_skip;
+}
+
 /* Decides the request's mask before its prompt runs past layer k: a forced
  * mask as given; otherwise the probe's (after layers 0..k-1 ran, when a
- * probe is loaded) or full depth, reconciled with the client's hint. */
+ * probe is loaded) or full depth, reconciled with the client's hint. In
+ * lossless mode that mask is the draft's (SP is set up with it) and every
+ * layer gets a KV cache; in off mode it is full depth. */
 static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_gen_params *gp,
-                       const engine_callbacks *cb, float *logits, engine_result *res) {
+                       const engine_callbacks *cb, float *logits, spec_state *sp, engine_result *res) {
     const model *m = &e->model;
-    int L = m->n_layers, k = e->info.probe_k;
-    uint8_t server[MASK_MAX_LAYERS], final[MASK_MAX_LAYERS];
+    int L = m->n_layers, k = e->info.probe_k, lossless = gp->skip_mode == ENGINE_SKIP_LOSSLESS;
+    int order[MASK_MAX_LAYERS], n_order = 0, n_skip = 0;
+    uint8_t server[MASK_MAX_LAYERS], final[MASK_MAX_LAYERS], full[MASK_MAX_LAYERS];
     memset(server, 1, (size_t)L);
+    memset(full, 1, (size_t)L);
     res->hint_status = HINT_ABSENT;
-    if (gp->layer_mask) {
+    if (gp->skip_mode == ENGINE_SKIP_OFF) {
+        memcpy(final, full, (size_t)L);
+    } else if (gp->layer_mask) {
         memcpy(final, gp->layer_mask, (size_t)L);
     } else {
         if (e->probe_loaded) {
@@ -499,17 +619,22 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
             probe_features_make(&ps, features);
             probe_decide(&e->probe, features, server, &d);
             res->probe_confidence = d.confidence;
+            if (lossless) n_skip = draft_mask(&e->probe, &d, server, order), n_order = e->probe.n_cand;
         }
         res->hint_status = hint_reconcile(server, gp->hint, gp->hint_invalid, L, k, e->hint_max_deviation, final);
         if (res->hint_status == HINT_OVERRIDDEN)
             log_msg(LOG_INFO, "hint_overridden", "a layer hint differing from the server's mask in more than %.0f%% of the layers was overridden",
                     e->hint_max_deviation * 100);
+        if (memcmp(final, server, (size_t)L)) n_order = 0; /* a client's mask is not adapted */
     }
     for (int l = 0; l < L; l++) res->n_skipped += !final[l];
-    res->layer_status = !e->probe_loaded ? ENGINE_LAYERS_OFF : res->n_skipped ? ENGINE_LAYERS_ACTIVE : ENGINE_LAYERS_FULL;
+    res->layer_status = !e->probe_loaded || gp->skip_mode == ENGINE_SKIP_OFF ? ENGINE_LAYERS_OFF
+                        : res->n_skipped                                     ? ENGINE_LAYERS_ACTIVE
+                                                                             : ENGINE_LAYERS_FULL;
     memcpy(res->mask, final, (size_t)L);
+    if (lossless) spec_init(sp, L, final, order, n_order, n_skip, &e->spec_cost);
     char err[256];
-    if (model_state_set_mask(st, m, e->kb, final, err, sizeof err)) {
+    if (model_state_set_mask(st, m, e->kb, lossless ? full : final, err, sizeof err)) {
         snprintf(res->error, sizeof res->error, "%s", err);
         return -1;
     }
@@ -541,91 +666,261 @@ static void arm_kernel_fault(engine *e, int tokens) {
         e->kb->fail_at = e->kb->launches(e->kb) + 3;
 }
 
-/* What became of a generated token (emit_token). */
-typedef enum { EMIT_MORE, EMIT_STOP, EMIT_CANCEL, EMIT_OOM, EMIT_REFUSED } emit_status;
-
-/* Hands on generated token TOK, which will sit at position POS: counts it,
- * calls on_token, sends its text through the answer, advances the
- * constraint CON (NULL for forced tokens, which it has already taken).
- * EMIT_STOP sets res->reason (EOS, a stop string, max_tokens, the context). */
-static emit_status emit_token(engine *e, int32_t tok, int pos, int n_ctx, const engine_gen_params *gp,
-                              const engine_callbacks *cb, answer *ans, constrain *con, char *piece,
-                              engine_result *res) {
-    res->n_generated++;
-    if (cb->on_token && cb->on_token(cb->ud, tok)) return EMIT_CANCEL;
-    if (tok_is_eog(e->vocab, tok) && !gp->ignore_eos) {
-        res->reason = ENGINE_STOP_EOS;
-        return EMIT_STOP;
-    }
-    int len = tok_piece(e->vocab, tok, piece, PIECE_MAX);
-    size_t n = len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0);
-    if (con && constrain_accept(con, tok, piece, n)) return EMIT_REFUSED;
-    answer_status as = answer_push(ans, piece, n);
-    if (as == ANSWER_OOM) return EMIT_OOM;
-    if (as == ANSWER_CANCEL) return EMIT_CANCEL;
-    if (as == ANSWER_STOP_SEQUENCE) {
-        res->reason = ENGINE_STOP_SEQUENCE;
-        res->stop_index = ans->text.stop_index;
-        return EMIT_STOP;
-    }
-    if (res->n_generated >= gp->max_tokens) res->reason = ENGINE_STOP_MAX_TOKENS;
-    else if (pos >= n_ctx) res->reason = ENGINE_STOP_CONTEXT; /* n_ctx < n_prompt + max_tokens only when the context is full */
-    else return EMIT_MORE;
-    return EMIT_STOP;
-}
-
 /* Ends a request that cannot run as asked: a retry fails the same way. */
 static void invalid(engine_result *res) {
     res->reason = ENGINE_STOP_ERROR;
     res->retryable = 0;
 }
 
+/* One generation's decoding, shared by plain and speculative decoding: what
+ * picks the next tokens (pick_plain, pick_speculative) is apart from what
+ * hands an accepted token on (emit_token). */
+typedef struct {
+    engine *e;
+    const engine_gen_params *gp;
+    const engine_callbacks *cb;
+    engine_result *res;
+    model_state *st;
+    sampler *sm;
+    answer *ans;
+    spec_state *spec;  /* NULL: plain decoding */
+    constrain *con;    /* the output grammar, or NULL (then spec may be set) */
+    char *piece;
+    float *logits;     /* n_vocab: one row of logits (plain steps, draft steps) */
+    float *vlogits;    /* lossless: (SPEC_K_MAX + 1) rows of verification logits */
+    float *q;          /* lossless, sampling: SPEC_K_MAX rows of draft distributions */
+    float *p, *resid;  /* lossless, sampling: n_vocab each */
+    int32_t *hist;     /* the prompt and the emitted tokens (prompt lookup) */
+    int n_hist, n_ctx;
+    int pos;           /* positions whose KV every computed layer holds */
+    double t0;
+} gen;
+
+typedef enum { EMIT_MORE, EMIT_STOP, EMIT_CANCEL, EMIT_OOM, EMIT_REFUSED } emit_status;
+
+/* Hands on one token of the answer, which takes position POS: on_token,
+ * the end-of-generation token, its text (stop strings, tool calls; the
+ * output grammar takes it unless it was FORCED, already taken), max_tokens
+ * and the context. EMIT_STOP comes with res->reason set. */
+static emit_status emit_token(gen *g, int32_t tok, int pos, int forced) {
+    engine_result *res = g->res;
+    const engine_callbacks *cb = g->cb;
+    if (res->n_generated == 0) res->ttft_ms = now_ms() - g->t0;
+    res->n_generated++;
+    g->hist[g->n_hist++] = tok;
+    if (cb->on_token && cb->on_token(cb->ud, tok)) return EMIT_CANCEL;
+    if (tok_is_eog(g->e->vocab, tok) && !g->gp->ignore_eos) {
+        res->reason = ENGINE_STOP_EOS;
+        return EMIT_STOP;
+    }
+    int len = tok_piece(g->e->vocab, tok, g->piece, PIECE_MAX);
+    size_t n = len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0);
+    if (!forced && constrain_accept(g->con, tok, g->piece, n)) return EMIT_REFUSED;
+    answer_status as = answer_push(g->ans, g->piece, n);
+    if (as == ANSWER_OOM) return EMIT_OOM;
+    if (as == ANSWER_CANCEL) return EMIT_CANCEL;
+    if (as == ANSWER_STOP_SEQUENCE) {
+        res->reason = ENGINE_STOP_SEQUENCE;
+        res->stop_index = g->ans->text.stop_index;
+        return EMIT_STOP;
+    }
+    if (res->n_generated >= g->gp->max_tokens) {
+        res->reason = ENGINE_STOP_MAX_TOKENS;
+        return EMIT_STOP;
+    }
+    if (pos >= g->n_ctx) { /* n_ctx < n_prompt + max_tokens only when the context is full */
+        res->reason = ENGINE_STOP_CONTEXT;
+        return EMIT_STOP;
+    }
+    return EMIT_MORE;
+}
+
+/* One decode step: TOK (the last emitted token), then the tokens the output
+ * grammar forces after it (jump-forward), go through the model as one batch
+ * at g->pos; OUT gets those forced tokens, then the next sampled one (the
+ * caller emits OUT[0..n_out-2] as forced). Returns 0, -1 when the backend
+ * failed, -2 when out of memory. */
+static int pick_plain(gen *g, int32_t tok, int32_t *out, int *n_out) {
+    const model *m = &g->e->model;
+    kb_backend *kb = g->e->kb;
+    int32_t batch[ENGINE_FORCED_MAX + 1];
+    int room = g->gp->max_tokens - g->res->n_generated;
+    if (room > g->n_ctx - g->pos - 1) room = g->n_ctx - g->pos - 1;
+    int n_forced = constrain_forced(g->con, batch + 1, room < ENGINE_FORCED_MAX ? room : ENGINE_FORCED_MAX);
+    batch[0] = tok;
+    g->res->n_forced += n_forced;
+    arm_kernel_fault(g->e, g->res->n_generated);
+    model_embed(m, kb, g->st, batch, 1 + n_forced);
+    model_forward_layers(m, kb, g->st, 1 + n_forced, g->pos, 0, m->n_layers);
+    model_logits(m, kb, g->st, n_forced, 1, g->logits);
+    if (kb_error(kb)) return -1;
+    g->pos += 1 + n_forced;
+    memcpy(out, batch + 1, (size_t)n_forced * sizeof *out);
+    out[n_forced] = constrain_sample(g->con, g->sm, g->logits);
+    *n_out = n_forced + 1;
+    return out[n_forced] < 0 ? -2 : 0;
+}
+
+/* The draft model (the skip mask) proposes up to K tokens after TOK, one
+ * decode step each, stopping after an end-of-generation token; when
+ * sampling, their distributions go to g->q. Returns how many, or -1. */
+static int draft_layers(gen *g, int32_t tok, int32_t *draft, int k) {
+    const model *m = &g->e->model;
+    kb_backend *kb = g->e->kb;
+    int greedy = g->gp->temperature <= 0, n = 0;
+    for (int32_t cur = tok; n < k;) {
+        model_embed(m, kb, g->st, &cur, 1);
+        model_forward_draft(m, kb, g->st, 1, g->pos + n, g->spec->mask);
+        model_logits(m, kb, g->st, 0, 1, g->logits);
+        if (kb_error(kb)) return -1;
+        if (greedy) {
+            cur = sampler_argmax(g->logits, m->n_vocab);
+        } else {
+            float *q = g->q + (size_t)n * m->n_vocab;
+            sampler_probs(g->sm, g->logits, q);
+            cur = sampler_draw(g->sm, q, m->n_vocab);
+        }
+        draft[n++] = cur;
+        if (tok_is_eog(g->e->vocab, cur)) break;
+    }
+    return n;
+}
+
+/* The full model scores TOK and the K drafted tokens in one pass (every
+ * layer's KV written at g->pos .. g->pos + k); OUT gets the drafted tokens
+ * it keeps and one of its own. Q: the draft's distributions (sampling), or
+ * NULL for a certain draft. KV past the kept tokens is left to be
+ * overwritten: attention never reads past its own position. Returns 0 or -1. */
+static int verify(gen *g, int32_t tok, const int32_t *draft, int k, const float *q, int32_t *out, int *n_out) {
+    const model *m = &g->e->model;
+    kb_backend *kb = g->e->kb;
+    int V = m->n_vocab, a = 0;
+    int32_t rows[SPEC_K_MAX + 1], c = -1;
+    rows[0] = tok;
+    memcpy(rows + 1, draft, (size_t)k * sizeof *rows);
+    arm_kernel_fault(g->e, g->res->n_generated);
+    model_embed(m, kb, g->st, rows, k + 1);
+    model_forward_layers(m, kb, g->st, k + 1, g->pos, 0, m->n_layers);
+    model_logits(m, kb, g->st, 0, k + 1, g->vlogits);
+    if (kb_error(kb)) return -1;
+    for (; a < k; a++) {
+        const float *lg = g->vlogits + (size_t)a * V;
+        if (g->gp->temperature <= 0) {
+            c = sampler_argmax(lg, V);
+            if (c != draft[a]) break;
+        } else {
+            sampler_probs(g->sm, lg, g->p);
+            if (!spec_sample_verify(g->sm, g->p, q ? q + (size_t)a * V : NULL, draft[a], V, g->resid, &c)) break;
+        }
+        out[a] = draft[a];
+    }
+    if (a == k) c = sampler_sample(g->sm, g->vlogits + (size_t)k * V);
+    out[a] = c;
+    *n_out = a + 1;
+    g->pos += a + 1;
+    return 0;
+}
+
+/* Lossless decoding: a draft (n-gram or layers, as the policy says) and its
+ * verification, or a plain step. Returns 0 or -1 (backend failure). */
+static int pick_speculative(gen *g, int32_t tok, int32_t *out, int *n_out) {
+    engine_result *res = g->res;
+    int32_t draft[SPEC_K_MAX];
+    int room = g->gp->max_tokens - res->n_generated - 1, k;
+    if (g->n_ctx - 1 - g->pos < room) room = g->n_ctx - 1 - g->pos;
+    int ng = room > 0 ? spec_ngram(g->hist, g->n_hist, draft, SPEC_K_MAX) : 0;
+    spec_source src = spec_plan(g->spec, res->n_generated, ng, room, &k);
+    int rc;
+    if (src == SPEC_PLAIN) {
+        rc = pick_plain(g, tok, out, n_out);
+        k = 0;
+    } else {
+        if (src == SPEC_LAYERS) k = draft_layers(g, tok, draft, k);
+        rc = k < 0 ? -1 : verify(g, tok, draft, k, src == SPEC_LAYERS ? g->q : NULL, out, n_out);
+    }
+    if (rc) return rc;
+    if (src != SPEC_PLAIN) {
+        res->n_verifications++;
+        res->n_drafted += k;
+        res->n_accepted += *n_out - 1;
+    }
+    spec_record(g->spec, src, k, *n_out - 1, res->n_generated + *n_out);
+    return 0;
+}
+
+/* Room for lossless decoding's buffers; 0 or -1. */
+static int gen_spec_alloc(gen *g, int V) {
+    g->vlogits = malloc((size_t)(SPEC_K_MAX + 1) * V * sizeof *g->vlogits);
+    if (!g->vlogits) return -1;
+    if (g->gp->temperature <= 0) return 0;
+    g->q = malloc((size_t)SPEC_K_MAX * V * sizeof *g->q);
+    g->p = malloc((size_t)V * sizeof *g->p);
+    g->resid = malloc((size_t)V * sizeof *g->resid);
+    return g->q && g->p && g->resid ? 0 : -1;
+}
+
+/* Checks the request; 0, or -1 with res->error set (a retry fails the same way). */
+static int check_request(const engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
+                         engine_result *res) {
+    if (n_prompt < 1 || gp->max_tokens < 1) {
+        snprintf(res->error, sizeof res->error, "empty prompt or max_tokens < 1");
+        return -1;
+    }
+    if (n_prompt >= e->info.n_ctx) {
+        snprintf(res->error, sizeof res->error, "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
+                 e->info.n_ctx);
+        return -1;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->model.n_vocab) {
+            snprintf(res->error, sizeof res->error, "token id %d at position %d is out of range", prompt[i], i);
+            return -1;
+        }
+    if (gp->skip_mode < ENGINE_SKIP_APPROXIMATE || gp->skip_mode > ENGINE_SKIP_OFF) {
+        snprintf(res->error, sizeof res->error, "unknown layer mode %d", (int)gp->skip_mode);
+        return -1;
+    }
+    return 0;
+}
+
 void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
                     const engine_callbacks *cb, engine_result *res) {
     const model *m = &e->model;
+    if (gp->skip_mode == ENGINE_SKIP_LOSSLESS) engine_measure_costs(e); /* once: not this request's time */
     double t0 = now_ms();
     memset(res, 0, sizeof *res);
     res->stop_index = -1;
     res->retryable = 1;
     res->n_prompt = n_prompt;
-    if (n_prompt < 1 || gp->max_tokens < 1) {
-        snprintf(res->error, sizeof res->error, "empty prompt or max_tokens < 1");
+    res->skip_mode = gp->skip_mode;
+    if (check_request(e, prompt, n_prompt, gp, res)) {
         invalid(res);
         return;
     }
-    if (n_prompt >= e->info.n_ctx) {
-        snprintf(res->error, sizeof res->error, "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
-                 e->info.n_ctx);
-        invalid(res);
-        return;
-    }
-    for (int i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= m->n_vocab) {
-            snprintf(res->error, sizeof res->error, "token id %d at position %d is out of range", prompt[i], i);
-            invalid(res);
-            return;
-        }
     /* The KV cache holds the prompt and the answer, never more than the context. */
     long long need = (long long)n_prompt + gp->max_tokens;
     int n_ctx = need < e->info.n_ctx ? (int)need : e->info.n_ctx;
-    int k = e->info.probe_k, probing = !gp->layer_mask && e->probe_loaded;
+    int k = e->info.probe_k, probing = !gp->layer_mask && e->probe_loaded && gp->skip_mode != ENGINE_SKIP_OFF;
+    int lossless = gp->skip_mode == ENGINE_SKIP_LOSSLESS;
 
     model_state st;
     sampler sm;
     answer ans;
+    spec_state spec;
     constrain *con = NULL;
+    gen g = {.e = e, .gp = gp, .cb = cb, .res = res, .st = &st, .sm = &sm, .ans = &ans, .n_ctx = n_ctx, .t0 = t0};
     int have_state = 0, have_sampler = 0, rc;
-    float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
-    char *piece = malloc(PIECE_MAX);
+    g.logits = malloc((size_t)m->n_vocab * sizeof *g.logits);
+    g.piece = malloc(PIECE_MAX);
+    g.hist = malloc(((size_t)n_ctx + 1) * sizeof *g.hist);
     answer_init(&ans, gp, chat_tool_syntax_of(e->family), cb);
-    if (!logits || !piece) {
-        snprintf(res->error, sizeof res->error, "out of memory");
-        goto error;
-    }
+    if (!g.logits || !g.piece || !g.hist || (lossless && gen_spec_alloc(&g, m->n_vocab))) goto oom;
+    memcpy(g.hist, prompt, (size_t)n_prompt * sizeof *g.hist);
+    g.n_hist = n_prompt;
     /* While the probe has not decided, only layers 0..k-1 get a KV cache. */
     uint8_t first[MASK_MAX_LAYERS];
     for (int l = 0; l < m->n_layers; l++) first[l] = probing ? l < k : 1;
-    if (gp->layer_mask) memcpy(first, gp->layer_mask, (size_t)m->n_layers);
+    if (gp->layer_mask && gp->skip_mode == ENGINE_SKIP_APPROXIMATE) memcpy(first, gp->layer_mask, (size_t)m->n_layers);
     e->n_requests++;
     kb_error_clear(e->kb);
     if (e->n_requests == e->scratch_fail_request) e->kb->fail_scratch = 1;
@@ -643,21 +938,22 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
             res->retryable = !gv;
             goto error;
         }
+        g.con = con;
     }
-    int rows = con && n_prompt < ENGINE_FORCED_MAX + 1 ? ENGINE_FORCED_MAX + 1 : n_prompt;
-    if (model_state_init(&st, m, e->kb, n_ctx, rows, first, e->kv_type, res->error, sizeof res->error)) {
+    /* rows at once: the prompt, a verification (lossless) or a jump-forward batch (a grammar) */
+    int max_rows = n_prompt;
+    if (lossless && max_rows < SPEC_K_MAX + 1) max_rows = SPEC_K_MAX + 1;
+    if (con && max_rows < ENGINE_FORCED_MAX + 1) max_rows = ENGINE_FORCED_MAX + 1;
+    if (model_state_init(&st, m, e->kb, n_ctx, max_rows, first, e->kv_type, res->error, sizeof res->error)) {
         res->retryable = 0;
         goto error;
     }
     have_state = 1;
-    if (sampler_init(&sm, m->n_vocab, gp->temperature, gp->top_p, gp->top_k, gp->seed)) {
-        snprintf(res->error, sizeof res->error, "out of memory");
-        goto error;
-    }
+    if (sampler_init(&sm, m->n_vocab, gp->temperature, gp->top_p, gp->top_k, gp->seed)) goto oom;
     have_sampler = 1;
     arm_kernel_fault(e, 0);
     model_embed(m, e->kb, &st, prompt, n_prompt);
-    rc = decide_mask(e, &st, n_prompt, gp, cb, logits, res);
+    rc = decide_mask(e, &st, n_prompt, gp, cb, g.logits, &spec, res);
     if (rc > 0) goto cancel;
     if (rc < 0 && kb_error(e->kb)) goto backend_error;
     if (rc < 0) {
@@ -665,39 +961,33 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
         res->retryable = 0;
         goto error;
     }
+    /* a grammar's masks and forced tokens apply to plain decoding only: a
+     * constrained request decodes plainly in every mode (in lossless mode
+     * its output is the full model's all the same) */
+    if (lossless && !con) g.spec = &spec;
     res->kv_bytes = st.kv_bytes;
     if (cb->on_start && cb->on_start(cb->ud, res->mask, m->n_layers)) goto cancel;
     rc = prefill_layers(e, &st, n_prompt, probing ? k : 0, m->n_layers, gp, cb);
     if (rc > 0) goto cancel;
     if (rc < 0) goto backend_error;
-    model_logits(m, e->kb, &st, n_prompt - 1, 1, logits);
+    model_logits(m, e->kb, &st, n_prompt - 1, 1, g.logits);
     if (kb_error(e->kb)) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
-    /* Each step: one sampled token, then the tokens the constraint forces
-     * (jump-forward), run through the model as one batch. */
-    int pos = n_prompt;
-    int32_t batch[ENGINE_FORCED_MAX + 1];
-    emit_status es;
-    for (;;) {
+    g.pos = n_prompt;
+    int32_t tok = constrain_sample(con, &sm, g.logits);
+    if (tok < 0) goto oom;
+    emit_status es = cancelled(gp) ? EMIT_CANCEL : emit_token(&g, tok, g.pos, 0);
+    while (es == EMIT_MORE) {
+        int32_t out[(SPEC_K_MAX > ENGINE_FORCED_MAX ? SPEC_K_MAX : ENGINE_FORCED_MAX) + 1];
+        int n_out;
         if (cancelled(gp)) goto cancel;
-        batch[0] = constrain_sample(con, &sm, logits);
-        if (batch[0] < 0) goto oom;
-        if (res->n_generated == 0) res->ttft_ms = now_ms() - t0;
-        if ((es = emit_token(e, batch[0], pos, n_ctx, gp, cb, &ans, con, piece, res)) != EMIT_MORE) break;
-        int room = gp->max_tokens - res->n_generated, n = 1;
-        if (room > n_ctx - pos - 1) room = n_ctx - pos - 1;
-        int n_forced = constrain_forced(con, batch + 1, room < ENGINE_FORCED_MAX ? room : ENGINE_FORCED_MAX);
-        res->n_forced += n_forced;
-        while (n <= n_forced && (es = emit_token(e, batch[n], pos + n, n_ctx, gp, cb, &ans, NULL, piece, res)) == EMIT_MORE)
-            n++;
-        if (n <= n_forced) break;
-        arm_kernel_fault(e, res->n_generated);
-        model_embed(m, e->kb, &st, batch, n);
-        model_forward_layers(m, e->kb, &st, n, pos, 0, m->n_layers);
-        model_logits(m, e->kb, &st, n - 1, 1, logits);
-        if (kb_error(e->kb)) goto backend_error;
-        pos += n;
+        rc = g.spec ? pick_speculative(&g, tok, out, &n_out) : pick_plain(&g, tok, out, &n_out);
+        if (rc == -2) goto oom;
+        if (rc < 0) goto backend_error;
+        for (int i = 0; i < n_out && es == EMIT_MORE; i++)
+            es = emit_token(&g, out[i], g.pos - (n_out - 1) + i, g.con && i < n_out - 1);
+        tok = out[n_out - 1];
     }
     constrain_stats(con, &res->grammar_ms, &res->n_masks);
     if (es == EMIT_CANCEL) goto cancel;
@@ -732,6 +1022,26 @@ done:
     if (have_state) model_state_free(&st, e->kb);
     answer_free(&ans);
     constrain_free(con);
-    free(logits);
-    free(piece);
+    free(g.logits);
+    free(g.piece);
+    free(g.hist);
+    free(g.vlogits);
+    free(g.q);
+    free(g.p);
+    free(g.resid);
+}
+
+const char *engine_skip_mode_name(engine_skip_mode m) {
+    switch (m) {
+    case ENGINE_SKIP_LOSSLESS: return "lossless";
+    case ENGINE_SKIP_OFF: return "off";
+    case ENGINE_SKIP_APPROXIMATE: break;
+    }
+    return "approximate";
+}
+
+int engine_skip_mode_parse(const char *s) {
+    for (int m = ENGINE_SKIP_APPROXIMATE; m <= ENGINE_SKIP_OFF; m++)
+        if (s && !strcmp(s, engine_skip_mode_name((engine_skip_mode)m))) return m;
+    return -1;
 }

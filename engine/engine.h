@@ -47,6 +47,10 @@ typedef struct {
     int scratch_fail_request;  /* its backend scratch allocation fails (when it allocates) */
     int kernel_fail_request;   /* a backend operation fails, the first one after ... */
     int kernel_fail_token;     /* ... this many tokens were generated (0: in prefill) */
+    /* Testing and `eval --draft-always`: lossless mode drafts whenever it
+     * can, as if verifying and drafting cost nothing (its cost model would
+     * often decline), and the engine measures no costs at open. */
+    int spec_always;
 } engine_params;
 
 /* What the layer-skipping machinery did for a request (x-layer-status). */
@@ -98,6 +102,16 @@ typedef enum {
     ENGINE_STOP_ERROR,      /* result.error says why */
 } engine_stop_reason;
 
+/* How layer skipping serves a request (x-layer-mode; README, "Lossless
+ * mode"). Zero-initialised parameters get APPROXIMATE, the engine's
+ * behaviour before lossless mode existed; the server and the CLI default to
+ * LOSSLESS. */
+typedef enum {
+    ENGINE_SKIP_APPROXIMATE, /* the probe's mask holds for the whole request: answers may change */
+    ENGINE_SKIP_LOSSLESS,    /* the masked model drafts, the full model verifies: the full model's answer */
+    ENGINE_SKIP_OFF,         /* full depth, no drafts */
+} engine_skip_mode;
+
 typedef struct {
     int max_tokens;
     float temperature;          /* 0: greedy */
@@ -111,6 +125,7 @@ typedef struct {
     int hint_invalid;           /* a hint header was sent but could not be decoded */
     const atomic_int *cancel;   /* checked every token (and every layer of prefill); may be NULL */
     int ignore_eos;             /* benchmarks: an end-of-generation token does not stop generation */
+    engine_skip_mode skip_mode;
     /* Tools the answer may call (NULL, no tools or choice NONE: none). Calls
      * are parsed from the answer in the family's syntax and handed to the
      * on_tool_* callbacks instead of on_text; with choice ANY or TOOL the
@@ -158,6 +173,9 @@ typedef struct {
     int n_forced;               /* tokens the output grammar forced (jump-forward), within n_generated */
     int n_masks;                /* full token masks the output grammar computed */
     double grammar_ms;          /* time spent applying the output grammar */
+    engine_skip_mode skip_mode; /* the mode the request ran in */
+    int n_drafted, n_accepted;  /* lossless: drafted tokens, and those the full model kept */
+    int n_verifications;        /* lossless: batched verification passes */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
     char error[256];
 } engine_result;
@@ -208,6 +226,20 @@ int engine_forward_logits(engine *e, const int32_t *tokens, int n, const uint8_t
  * buffers as warm as the previous request left them. Returns 0 or -1. */
 int engine_warm(engine *e);
 
+/* Benchmarks: the cost of verifying drafted tokens. After a context of POS
+ * tokens, runs REPS passes of ROWS rows (1..ENGINE_VERIFY_ROWS) at positions
+ * POS.. through every layer and the output head, as a verification does.
+ * Returns the milliseconds of one pass (the mean over REPS passes, the best
+ * of 5 such rounds: other work on the machine only adds), or -1. */
+double engine_bench_rows(engine *e, int pos, int rows, int reps);
+#define ENGINE_VERIFY_ROWS 8 /* rows of one verification at most (KB_EXACT_ROWS) */
+
+/* Measures lossless mode's cost model (what verifying 1..8 rows costs against
+ * one decode step: a few dozen passes, once per engine; logged as
+ * lossless_costs). The first lossless generation does it when nobody did;
+ * a server calls it at start so that no request waits for it. */
+void engine_measure_costs(engine *e);
+
 /* Runs layers 0..k-1 over the prompt TOKENS and writes the probe's
  * PROBE_N_FEATURES features (probe/probe_features.h) into FEATURES. Returns 0 or -1. */
 int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features);
@@ -227,6 +259,11 @@ uint64_t engine_debug_launches(engine *e);
 
 /* "off", "full", "active". */
 const char *engine_layer_status_name(engine_layer_status s);
+
+/* "approximate", "lossless", "off". */
+const char *engine_skip_mode_name(engine_skip_mode m);
+/* The mode named S (as above), or -1. */
+int engine_skip_mode_parse(const char *s);
 
 /* Human-readable name of a stop reason ("end_turn", "max_tokens", ...). */
 const char *engine_stop_reason_name(engine_stop_reason r);

@@ -455,11 +455,21 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
     kb->add(kb, x, s->xb, (size_t)n * m->dim);
 }
 
-void model_forward_layers(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1) {
+/* Layers [l0, l1) that MASK and, when not NULL, DRAFT compute. */
+static void forward_masked(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1,
+                           const uint8_t *draft) {
     for (int l = l0; l < l1 && l < m->n_layers; l++) {
-        if (!s->mask[l]) continue;
+        if (!s->mask[l] || (draft && !draft[l])) continue;
         for (int r = 0; r < n; r += s->chunk) layer_forward(m, kb, s, l, r, n - r < s->chunk ? n - r : s->chunk, pos0);
     }
+}
+
+void model_forward_layers(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1) {
+    forward_masked(m, kb, s, n, pos0, l0, l1, NULL);
+}
+
+void model_forward_draft(const model *m, kb_backend *kb, model_state *s, int n, int pos0, const uint8_t *draft) {
+    forward_masked(m, kb, s, n, pos0, 0, m->n_layers, draft);
 }
 
 void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n, float *host_out) {

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct sampler_cand {
     int id;
@@ -48,30 +49,70 @@ static int by_prob_desc(const void *a, const void *b) {
     return x->id - y->id; /* deterministic order on ties */
 }
 
-int sampler_sample(sampler *s, const float *logits) {
-    if (s->temperature <= 0 || !s->cand) return sampler_argmax(logits, s->n_vocab);
+/* Fills s->cand with the top-k tokens by logit, their weights
+ * exp((logit - max) / T), and returns how many the nucleus keeps; *SUM gets
+ * the total weight of the top k, *KEPT the share of it the nucleus holds. */
+static int nucleus(sampler *s, const float *logits, double *sum, double *kept) {
     int n = s->n_vocab;
     for (int i = 0; i < n; i++) s->cand[i] = (struct sampler_cand){i, logits[i]};
     qsort(s->cand, (size_t)n, sizeof *s->cand, by_prob_desc);
     n = s->top_k;
     float mx = s->cand[0].p;
-    double sum = 0;
+    *sum = 0;
     for (int i = 0; i < n; i++) {
         s->cand[i].p = expf((s->cand[i].p - mx) / s->temperature);
-        sum += s->cand[i].p;
+        *sum += s->cand[i].p;
     }
     /* Nucleus: keep the smallest prefix whose mass reaches top_p. */
-    double kept = 0;
+    *kept = 0;
     int m = 0;
     while (m < n) {
-        kept += s->cand[m].p / sum;
+        *kept += s->cand[m].p / *sum;
         m++;
-        if (kept >= s->top_p) break;
+        if (*kept >= s->top_p) break;
     }
+    return m;
+}
+
+int sampler_sample(sampler *s, const float *logits) {
+    if (s->temperature <= 0 || !s->cand) return sampler_argmax(logits, s->n_vocab);
+    double sum, kept;
+    int m = nucleus(s, logits, &sum, &kept);
     double r = next_uniform(s) * kept * sum, acc = 0;
     for (int i = 0; i < m; i++) {
         acc += s->cand[i].p;
         if (r < acc) return s->cand[i].id;
     }
     return s->cand[m - 1].id;
+}
+
+void sampler_probs(sampler *s, const float *logits, float *probs) {
+    int n = s->n_vocab;
+    memset(probs, 0, (size_t)n * sizeof *probs);
+    if (s->temperature <= 0 || !s->cand) {
+        probs[sampler_argmax(logits, n)] = 1;
+        return;
+    }
+    double sum, kept;
+    int m = nucleus(s, logits, &sum, &kept);
+    for (int i = 0; i < m; i++) probs[s->cand[i].id] = (float)(s->cand[i].p / (kept * sum));
+}
+
+float sampler_uniform(sampler *s) { return next_uniform(s); }
+
+int sampler_draw(sampler *s, const float *w, int n) {
+    double total = 0;
+    int last = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i] > 0) {
+            total += w[i];
+            last = i;
+        }
+    double r = next_uniform(s) * total, acc = 0;
+    for (int i = 0; i < n; i++) {
+        if (w[i] <= 0) continue;
+        acc += w[i];
+        if (r < acc) return i;
+    }
+    return last;
 }

@@ -19,6 +19,14 @@ int sampler_init(sampler *s, int n_vocab, float temperature, float top_p, int to
 void sampler_free(sampler *s);
 /* Returns the chosen token id; LOGITS (n_vocab values) is left unchanged. */
 int sampler_sample(sampler *s, const float *logits);
+/* Writes the distribution sampler_sample draws from (temperature, top-k,
+ * top-p; one-hot at the argmax when greedy) into PROBS (n_vocab values). */
+void sampler_probs(sampler *s, const float *logits, float *probs);
+/* A uniform number in [0, 1) from the generator. */
+float sampler_uniform(sampler *s);
+/* Draws an index with probability proportional to the weights W (n values,
+ * those <= 0 never drawn; at least one positive). */
+int sampler_draw(sampler *s, const float *w, int n);
 /* The index of the largest of N values (the first one on ties). */
 int sampler_argmax(const float *v, int n);
 

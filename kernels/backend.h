@@ -46,6 +46,9 @@ typedef struct {
 
 typedef enum { KB_KV_F32, KB_KV_F16 } kb_kv_type;
 
+/* Batches of up to this many rows are batch-invariant in matmul (below). */
+#define KB_EXACT_ROWS 8
+
 /* One layer's KV cache: n_ctx positions of kv_dim values each for K and V. */
 typedef struct {
     void *k, *v;        /* backend memory */
@@ -92,7 +95,10 @@ struct kb_backend {
     void (*embed)(kb_backend *kb, float *out, const kb_weight *emb, const int32_t *tokens, int n);
     /* out = x / rms(x) * w, row by row; w is an F32 weight of DIM values. */
     void (*rmsnorm)(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps);
-    /* out[n][w->rows] = x[n][w->cols] times W transposed. */
+    /* out[n][w->rows] = x[n][w->cols] times W transposed. For n <= KB_EXACT_ROWS
+     * (CPU backend) every row of out is bit for bit what a call with that one
+     * row gives: verifying drafted tokens in one batch reproduces one-token
+     * decoding exactly (engine/speculate.h). */
     void (*matmul)(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n);
     /* x[n][b->cols] += b (an F32 bias of b->cols values). */
     void (*add_bias)(kb_backend *kb, float *x, const kb_weight *b, int n);

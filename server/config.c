@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
+
 void cfg_defaults(cfg *c) {
     memset(c, 0, sizeof *c);
     c->host = strdup("127.0.0.1");
@@ -18,6 +20,7 @@ void cfg_defaults(cfg *c) {
     c->queue = 32;
     c->kv_budget_mb = 4096;
     c->layer_skip = 1;
+    c->skip_mode = ENGINE_SKIP_LOSSLESS;
     c->json_depth = 64;
     c->max_body_bytes = 32u << 20;
     c->hint_max_deviation = 0.15f;
@@ -45,6 +48,7 @@ void cfg_usage(void) {
             "                  [--api-key KEY]... [--api-key-sha256 HEX]... [--device auto|cpu|cuda] [--queue 32]\n"
             "                  [--strict-model] [--chat-template NAME] [--max-body-bytes N] [--layer-skip on|off]\n"
             "                  [--probe FILE] [--probe-dir DIR] [--hint-max-deviation 0.15] [--kv-f16]\n"
+            "                  [--skip-mode lossless|approximate|off]\n"
             "                  [--log-level debug|info|warn|error] [--shutdown-grace S] [--request-timeout S]\n"
             "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S] [--kv-budget-mb 4096]\n"
             "Every option has a config-file key of the same name (dashes become underscores): see config/ilpd.conf.\n");
@@ -132,6 +136,10 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
     }
     if (!strcmp(key, "strict_model")) return parse_bool(v, &c->strict_model);
     if (!strcmp(key, "layer_skip")) return parse_bool(v, &c->layer_skip);
+    if (!strcmp(key, "skip_mode")) {
+        *why = "expected lossless, approximate or off";
+        return (c->skip_mode = engine_skip_mode_parse(v)) < 0 ? -1 : 0;
+    }
     if (!strcmp(key, "kv_f16")) return parse_bool(v, &c->kv_f16);
     if (!strcmp(key, "api_key")) {
         unsigned char d[32];

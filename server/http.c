@@ -74,6 +74,26 @@ static void layer_headers(struct MHD_Response *resp, const uint8_t *mask, const 
     MHD_add_response_header(resp, "x-layer-hint-status", hint);
 }
 
+/* The mode a request asks for in x-layer-mode (lossless, approximate, off);
+ * the configured default when the header is absent or names no mode (like
+ * a hint, the header is a wish that never fails a request). */
+static engine_skip_mode request_mode(struct MHD_Connection *c) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-mode");
+    int m = v ? engine_skip_mode_parse(v) : -1;
+    return m < 0 ? (engine_skip_mode)S->cfg->skip_mode : (engine_skip_mode)m;
+}
+
+/* x-layer-mode (the mode the request ran in) and, once the generation is
+ * over (a whole answer, not a stream's first bytes) in lossless mode,
+ * x-layer-draft: ACCEPTED/DRAFTED tokens. */
+static void mode_headers(struct MHD_Response *resp, engine_skip_mode mode, const engine_result *done) {
+    MHD_add_response_header(resp, "x-layer-mode", engine_skip_mode_name(mode));
+    if (!done || mode != ENGINE_SKIP_LOSSLESS) return;
+    char v[32];
+    snprintf(v, sizeof v, "%d/%d", done->n_accepted, done->n_drafted);
+    MHD_add_response_header(resp, "x-layer-draft", v);
+}
+
 /* Layer headers for a /v1/messages answer that ran no generation. */
 static void default_layer_headers(struct MHD_Response *resp, struct MHD_Connection *c) {
     if (!S->engine) return;
@@ -83,6 +103,7 @@ static void default_layer_headers(struct MHD_Response *resp, struct MHD_Connecti
     const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
     const char *hs = !hint ? "absent" : mask_decode_b64_for(hint, strlen(hint), in->n_layers, wire) ? "invalid" : "overridden";
     layer_headers(resp, full, in->probe_loaded ? "full" : "off", hs);
+    mode_headers(resp, request_mode(c), NULL);
 }
 
 /* A response with BODY (copied), its content type and request-id; records
@@ -228,6 +249,7 @@ static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
         job_release(j);
         return send_error(c, r, 400, "invalid_request_error", msg, -1);
     }
+    j->skip_mode = request_mode(c);
     const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
     if (hint) {
         uint8_t wire[MASK_WIRE_BYTES];
@@ -296,6 +318,7 @@ static enum MHD_Result handle_resumed(struct MHD_Connection *c, req_ctx *r) {
         MHD_add_response_header(resp, "cache-control", "no-cache");
         MHD_add_response_header(resp, "request-id", r->request_id);
         layer_headers(resp, j->mask, engine_layer_status_name(j->layer_status), hint_status_name(j->hint_outcome));
+        mode_headers(resp, j->skip_mode, NULL);
         r->status = 200;
         return queue(c, 200, resp);
     }
@@ -311,6 +334,7 @@ static enum MHD_Result handle_resumed(struct MHD_Connection *c, req_ctx *r) {
     struct MHD_Response *resp = body_response(r, 200, "application/json", j->out ? j->out : "", j->out_len);
     if (!resp) return MHD_NO;
     layer_headers(resp, j->mask, engine_layer_status_name(j->layer_status), hint_status_name(j->hint_outcome));
+    mode_headers(resp, j->skip_mode, &j->res);
     return queue(c, 200, resp);
 }
 
@@ -411,10 +435,12 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
             mask_encode_b64(wire, b64);
             snprintf(fields + k, sizeof fields - (size_t)k,
                      ",\"input_tokens\":%d,\"output_tokens\":%d,\"ttft_ms\":%.1f,\"engine_ms\":%.2f,\"stream\":%s,\"stop_reason\":\"%s\","
-                     "\"layer_status\":\"%s\",\"layer_mask\":\"%s\",\"layers_skipped\":%d,\"hint_status\":\"%s\"",
+                     "\"layer_status\":\"%s\",\"layer_mask\":\"%s\",\"layers_skipped\":%d,\"hint_status\":\"%s\","
+                     "\"layer_mode\":\"%s\",\"draft_accepted\":%d,\"draft_drafted\":%d",
                      j->n_prompt, j->res.n_generated, j->res.ttft_ms, j->res.total_ms, j->req.stream ? "true" : "false",
                      engine_stop_reason_name(j->res.reason), engine_layer_status_name(j->layer_status), b64,
-                     j->res.n_skipped, hint_status_name(j->hint_outcome));
+                     j->res.n_skipped, hint_status_name(j->hint_outcome), engine_skip_mode_name(j->skip_mode),
+                     j->res.n_accepted, j->res.n_drafted);
         }
         pthread_mutex_unlock(&j->lock);
         job_release(j);

@@ -32,6 +32,7 @@ static struct {
     histogram duration, ttft, itl, skipped;
     unsigned long long prompt_tokens, output_tokens;
     unsigned long long layer_status[3], hints[4];
+    unsigned long long modes[3], drafted, accepted, verifications;
     int waiting, running;
     size_t kv_bytes;
     unsigned char win_active[WINDOW];
@@ -93,6 +94,18 @@ void metrics_generation(int prompt_tokens, int output_tokens, double ttft_s, dou
     M.win_skipped[M.win_at] = layers_skipped;
     M.win_at = (M.win_at + 1) % WINDOW;
     if (M.win_n < WINDOW) M.win_n++;
+    pthread_mutex_unlock(&M.lock);
+}
+
+static const char *mode_names[3] = {"lossless", "approximate", "off"};
+
+void metrics_draft(const char *mode, int drafted, int accepted, int verifications) {
+    int m = index_of(mode, mode_names, 3);
+    pthread_mutex_lock(&M.lock);
+    if (m >= 0) M.modes[m]++;
+    M.drafted += (unsigned long long)drafted;
+    M.accepted += (unsigned long long)accepted;
+    M.verifications += (unsigned long long)verifications;
     pthread_mutex_unlock(&M.lock);
 }
 
@@ -175,6 +188,14 @@ char *metrics_render(const char *model_name, const char *device) {
     render_histogram(&b, "ilpd_layers_skipped", "Layers skipped per generation.", "", &M.skipped);
     out(&b, "# HELP ilpd_layer_hints_total Layer hints by outcome.\n# TYPE ilpd_layer_hints_total counter\n");
     for (int i = 0; i < 4; i++) out(&b, "ilpd_layer_hints_total{outcome=\"%s\"} %llu\n", hint_names[i], M.hints[i]);
+    out(&b, "# HELP ilpd_layer_mode_total Generations by x-layer-mode.\n# TYPE ilpd_layer_mode_total counter\n");
+    for (int i = 0; i < 3; i++) out(&b, "ilpd_layer_mode_total{mode=\"%s\"} %llu\n", mode_names[i], M.modes[i]);
+    out(&b, "# HELP ilpd_draft_tokens_total Tokens drafted in lossless mode (layer-skip and n-gram drafts).\n"
+            "# TYPE ilpd_draft_tokens_total counter\nilpd_draft_tokens_total %llu\n", M.drafted);
+    out(&b, "# HELP ilpd_draft_accepted_tokens_total Drafted tokens the full model kept.\n"
+            "# TYPE ilpd_draft_accepted_tokens_total counter\nilpd_draft_accepted_tokens_total %llu\n", M.accepted);
+    out(&b, "# HELP ilpd_draft_verifications_total Batched verification passes of the full model.\n"
+            "# TYPE ilpd_draft_verifications_total counter\nilpd_draft_verifications_total %llu\n", M.verifications);
     out(&b, "# HELP ilpd_kv_cache_bytes KV cache bytes held by the running generation.\n# TYPE ilpd_kv_cache_bytes gauge\n"
             "ilpd_kv_cache_bytes %zu\n", M.kv_bytes);
     int active = 0, skipped = 0;

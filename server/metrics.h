@@ -12,6 +12,9 @@ void metrics_request(const char *route, int status, double seconds);
 /* A finished generation. */
 void metrics_generation(int prompt_tokens, int output_tokens, double ttft_s, double decode_s, const char *layer_status,
                         int layers_skipped, const char *hint_status);
+/* A finished generation's layer mode ("lossless", "approximate", "off") and,
+ * in lossless mode, its drafted and accepted tokens and verification passes. */
+void metrics_draft(const char *mode, int drafted, int accepted, int verifications);
 void metrics_queue(int waiting, int running);
 void metrics_kv_bytes(size_t bytes);
 /* Writes the exposition text into a malloc'd string (caller frees), or NULL. */

@@ -98,6 +98,7 @@ int server_main(int argc, char **argv) {
     }
     const engine_info *in = engine_get_info(e);
     st.engine = e;
+    engine_measure_costs(e); /* lossless mode's cost model, before /health says ready */
     st.worker = worker_start(e, c.queue, c.ping_interval_ms, c.keep_warm_s);
     if (!st.worker) {
         log_msg(LOG_ERROR, "worker", "cannot start the engine worker");

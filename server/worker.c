@@ -302,7 +302,7 @@ static void run_job(worker *w, job *j) {
     engine_gen_params gp = {.max_tokens = j->req.max_tokens, .temperature = j->req.temperature, .top_p = j->req.top_p,
                             .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
                             .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel,
-                            .tools = &j->req.tools, .format_schema = j->req.format_schema};
+                            .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode};
     gp.seed = (uint64_t)(now_s() * 1e6);
     engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_tool_start = on_tool_start,
                            .on_tool_input = on_tool_input, .on_tool_end = on_tool_end, .on_progress = on_progress, .ud = &r};
@@ -315,6 +315,8 @@ static void run_job(worker *w, job *j) {
     if (j->res.reason != ENGINE_STOP_CANCELLED && j->res.reason != ENGINE_STOP_ERROR)
         metrics_generation(j->n_prompt, j->res.n_generated, j->res.ttft_ms / 1e3, (j->res.total_ms - j->res.ttft_ms) / 1e3,
                            engine_layer_status_name(j->res.layer_status), j->res.n_skipped, hint_status_name(j->res.hint_status));
+    if (j->res.reason != ENGINE_STOP_ERROR)
+        metrics_draft(engine_skip_mode_name(j->res.skip_mode), j->res.n_drafted, j->res.n_accepted, j->res.n_verifications);
     finish(j);
 }
 

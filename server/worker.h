@@ -43,6 +43,7 @@ typedef struct job {
     int n_prompt;
     uint8_t hint[MASK_MAX_LAYERS];
     int has_hint, hint_invalid;
+    engine_skip_mode skip_mode;  /* x-layer-mode, or the configured default */
     char request_id[40], msg_id[40];
 
     int started;                 /* the headers may go */

@@ -51,8 +51,13 @@ full=$(printf '\1\1\1\1\1' | cat - <(head -c 27 /dev/zero) | base64 -w0)
 skip=$(printf '\1\1\0\1\1' | cat - <(head -c 27 /dev/zero) | base64 -w0)
 a=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 2>/dev/null)
 b=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$full" 2>/dev/null)
-c=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$skip" 2>/dev/null)
-[ "$a" = "$b" ] && [ "$a" != "$c" ] && [ -n "$c" ]; check "--layer-mask: full mask = default, a skipped layer changes the output" $? "'$a' / '$b' / '$c'"
+c=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$skip" --skip-mode approximate 2>/dev/null)
+[ "$a" = "$b" ] && [ "$a" != "$c" ] && [ -n "$c" ]; check "--layer-mask: full mask = default, a skipped layer changes the output (approximate)" $? "'$a' / '$b' / '$c'"
+d=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$skip" 2>"${TESTS_TMP:-/tmp}/cli-lossless.err")
+[ "$a" = "$d" ] && grep -q "mode lossless, draft [0-9]*/[0-9]* in" "${TESTS_TMP:-/tmp}/cli-lossless.err"
+check "--skip-mode lossless (the default): the skipped layer only drafts, the output stays the full model's; info: counts the drafts" $? "'$a' / '$d' / $(cat "${TESTS_TMP:-/tmp}/cli-lossless.err")"
+out=$("$ILPD" generate -m "$M" -p "Once" -n 2 --skip-mode fast 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "skip-mode" <<<"$out"; check "an unknown --skip-mode is refused" $? "exit $rc: $out"
 out=$("$ILPD" generate -m "$M" -p "Once" -n 2 --layer-mask "not-base64!" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "layer-mask" <<<"$out"; check "an invalid --layer-mask is refused" $? "exit $rc: $out"
 exit 0

@@ -37,6 +37,8 @@
 #include "kernels/quant.h"
 #include "kernels/cpu/threadpool.h"
 
+#define ROPE_ROWS KB_EXACT_ROWS /* positions whose RoPE angles are kept between calls */
+
 typedef struct {
     tp_pool *pool;
     int n_threads;
@@ -46,8 +48,10 @@ typedef struct {
     size_t scratch_len;   /* floats in each */
     void *act_mem;        /* the quantized activation of the current matmul */
     size_t act_bytes;
-    float *rope_cs;       /* [2][rope_half]: cos and sin of one position */
+    float *rope_cs;       /* [ROPE_ROWS][2][rope_half]: cos and sin of up to ROPE_ROWS positions */
     int rope_half;
+    int rope_pos0, rope_n; /* the positions rope_cs holds (rope_n 0: none) for ... */
+    const float *rope_freq; /* ... these inverse frequencies */
     atomic_ullong launches;
     int profile;          /* ILPD_CPU_PROFILE=1: time each kind of op, printed at destroy; 2: and each matmul shape */
     double prof_s[16];
@@ -147,8 +151,9 @@ static int cpu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     }
     int half = s->attn ? s->attn->head_dim / 2 : 0;
     if (half > c->rope_half) {
-        if (scratch_replace(kb, (void **)&c->rope_cs, 2 * (size_t)half * sizeof(float))) goto oom;
+        if (scratch_replace(kb, (void **)&c->rope_cs, ROPE_ROWS * 2 * (size_t)half * sizeof(float))) goto oom;
         c->rope_half = half;
+        c->rope_n = 0;
     }
     return 0;
 oom:
@@ -223,7 +228,7 @@ static void cpu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_wei
     if (op_begin(kb, "rmsnorm")) return;
     PROF_BEGIN(impl_of(kb));
     rows_job j = {impl_of(kb), out, x, w, n, dim, eps};
-    if (n >= 8)
+    if ((double)n * dim * 64 >= CPU_SERIAL_MACS) /* a few operations per value */
         tp_run(impl_of(kb)->pool, rmsnorm_rows, &j, (size_t)n, 1);
     else
         rmsnorm_rows(&j, 0, (size_t)n, 0);
@@ -368,7 +373,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
             }
             quant_job q = {c, x, &j.a, w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K || w->type == GGML_TYPE_Q6_K};
             PROF_BEGIN(c);
-            if (n >= 8)
+            if ((double)n * w->cols * 64 >= CPU_SERIAL_MACS)
                 tp_run(c->pool, quant_rows, &q, (size_t)n, 1);
             else
                 quant_rows(&q, 0, (size_t)n, 0);
@@ -381,10 +386,15 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
         items = (size_t)j.ng + (size_t)(w->rows - j.ng * RP_ROWS);
     }
     /* Each thread streams its own contiguous share in chunks of about a
-     * quarter of it; the last chunks go to whichever thread is free. */
+     * quarter of it; the last chunks go to whichever thread is free. A
+     * small product runs on the calling thread: waking and waiting for the
+     * workers costs more than it (CPU_SERIAL_MACS). */
     size_t chunk = items / ((size_t)c->n_threads * 4);
     if (chunk < 1) chunk = 1;
-    tp_run_dynamic(c->pool, matmul_items, &j, items, chunk);
+    if ((double)w->rows * w->cols * n < CPU_SERIAL_MACS)
+        matmul_items(&j, 0, items, 0);
+    else
+        tp_run_dynamic(c->pool, matmul_items, &j, items, chunk);
     PROF_END(c, n == 1 ? P_MATMUL1 : P_MATMULN);
     if (c->profile > 1) { /* per weight shape */
         double dt = prof_now() - prof_t0_;
@@ -412,6 +422,19 @@ static void cpu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
     PROF_END(impl_of(kb), P_BIAS);
 }
 
+/* Fills c->rope_cs with the cos and sin of position POS in slot I. */
+static void rope_angles(cpu_impl *c, const kb_attn_shape *s, int half, int i, int pos) {
+    float *cs = c->rope_cs + (size_t)i * 2 * half, *sn = cs + half;
+    for (int k = 0; k < half; k++) {
+        double theta = (double)pos * s->inv_freq[k];
+        cs[k] = (float)cos(theta);
+        sn[k] = (float)sin(theta);
+    }
+}
+
+/* Rotates X. Up to ROPE_ROWS rows (decode, verification) keep their angles
+ * for the next call at the same positions: every layer's q and k of one
+ * step share them, so cos and sin run once per step, not twice per layer. */
 static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
     if (op_begin(kb, "rope")) return;
     cpu_impl *c = impl_of(kb);
@@ -421,13 +444,17 @@ static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn
         return;
     }
     PROF_BEGIN(c);
-    float *cs = c->rope_cs, *sn = c->rope_cs + half;
+    int cached = n <= ROPE_ROWS;
+    if (cached && (c->rope_n != n || c->rope_pos0 != pos0 || c->rope_freq != s->inv_freq)) {
+        for (int i = 0; i < n; i++) rope_angles(c, s, half, i, pos0 + i);
+        c->rope_n = n;
+        c->rope_pos0 = pos0;
+        c->rope_freq = s->inv_freq;
+    }
+    if (!cached) c->rope_n = 0;
     for (int i = 0; i < n; i++) {
-        for (int k = 0; k < half; k++) {
-            double theta = (double)(pos0 + i) * s->inv_freq[k];
-            cs[k] = (float)cos(theta);
-            sn[k] = (float)sin(theta);
-        }
+        if (!cached) rope_angles(c, s, half, 0, pos0 + i);
+        const float *cs = c->rope_cs + (cached ? (size_t)i * 2 * half : 0), *sn = cs + half;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)i * n_heads + h) * hd;
             if (s->neox) {
@@ -506,7 +533,10 @@ static void cpu_attention(kb_backend *kb, float *out, const float *q, const floa
     kv_store(c->k, cache->k, cache, k, n, pos0, s->head_dim);
     kv_store(c->k, cache->v, cache, v, n, pos0, s->head_dim);
     attn_job j = {c, out, q, cache, pos0, s};
-    tp_run_dynamic(c->pool, attn_items, &j, (size_t)n * s->n_kv_heads, 1);
+    if (2.0 * n * s->n_heads * s->head_dim * (pos0 + n) < CPU_SERIAL_MACS)
+        attn_items(&j, 0, (size_t)n * s->n_kv_heads, 0);
+    else
+        tp_run_dynamic(c->pool, attn_items, &j, (size_t)n * s->n_kv_heads, 1);
     PROF_END(c, P_ATTN);
 }
 

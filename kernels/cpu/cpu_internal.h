@@ -45,6 +45,10 @@ extern "C" {
 #endif
 
 #define CPU_QK 32         /* activation block */
+/* Multiply-adds below which a matmul or an attention runs on the calling
+ * thread alone: about 0.1 ms of work, what waking the pool and waiting for
+ * its slowest thread costs on a busy machine (small models, short batches). */
+#define CPU_SERIAL_MACS (1 << 22)
 #define RP_ROWS 16    /* rows per repacked group */
 
 /* A quantized activation: n tokens of COLS values (cols % 32 == 0).

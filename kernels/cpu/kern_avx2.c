@@ -69,27 +69,49 @@ static AI T256 void ftile(int wt, int RT, int TT, const uint8_t *w, size_t rb, c
         }
 }
 
-static AI T256 float row_dot(int wt, const uint8_t *w, const float *x, int cols) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+/* One weight row against TT tokens (the row read and converted once): each
+ * token's sum runs in 4 chains over k, in the same order whatever TT is, so
+ * that a small batch gives every token the bits a one-token call gives it
+ * (KB_EXACT_ROWS); decode (one token) is the TT = 1 case. */
+static AI T256 void row_dot_tt(int wt, int TT, const uint8_t *w, const float *x, int ldx, int cols, float *out,
+                               int ldo) {
+    __m256 a[2][4];
+    for (int j = 0; j < TT; j++) a[j][0] = a[j][1] = a[j][2] = a[j][3] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 32 <= cols; k += 32) {
-        a0 = _mm256_fmadd_ps(loadw(wt, w, k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(loadw(wt, w, k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(loadw(wt, w, k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(loadw(wt, w, k + 24), _mm256_loadu_ps(x + k + 24), a3);
+        __m256 w0 = loadw(wt, w, k), w1 = loadw(wt, w, k + 8), w2 = loadw(wt, w, k + 16), w3 = loadw(wt, w, k + 24);
+        for (int j = 0; j < TT; j++) {
+            const float *xj = x + (size_t)j * ldx + k;
+            a[j][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xj), a[j][0]);
+            a[j][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xj + 8), a[j][1]);
+            a[j][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xj + 16), a[j][2]);
+            a[j][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xj + 24), a[j][3]);
+        }
     }
-    for (; k + 8 <= cols; k += 8) a0 = _mm256_fmadd_ps(loadw(wt, w, k), _mm256_loadu_ps(x + k), a0);
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; k < cols; k++) s += wscalar(wt, w, k) * x[k];
-    return s;
+    int k8 = k;
+    for (; k8 + 8 <= cols; k8 += 8) {
+        __m256 wv = loadw(wt, w, k8);
+        for (int j = 0; j < TT; j++) a[j][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)j * ldx + k8), a[j][0]);
+    }
+    for (int j = 0; j < TT; j++) {
+        const float *xj = x + (size_t)j * ldx;
+        float s = hsum(_mm256_add_ps(_mm256_add_ps(a[j][0], a[j][1]), _mm256_add_ps(a[j][2], a[j][3])));
+        for (int kk = k8; kk < cols; kk++) s += wscalar(wt, w, kk) * xj[kk];
+        out[(size_t)j * ldo] = s;
+    }
 }
 
 static AI T256 void mm_float(int wt, const void *wv, size_t rb, int rows, const float *x, int ldx, int n, int cols,
                              float *out, int ldo) {
     const uint8_t *w = wv;
     int r = 0;
-    if (n == 1) { /* decode: one sequential stream, 4 chains */
-        for (; r < rows; r++) out[r] = row_dot(wt, w + (size_t)r * rb, x, cols);
+    if (n <= KB_EXACT_ROWS) { /* decode and small batches: one order for every token count */
+        for (; r < rows; r++) {
+            const uint8_t *wr = w + (size_t)r * rb;
+            int t = 0;
+            for (; t + 2 <= n; t += 2) row_dot_tt(wt, 2, wr, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+            if (t < n) row_dot_tt(wt, 1, wr, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+        }
         return;
     }
     for (; r + 4 <= rows; r += 4) {

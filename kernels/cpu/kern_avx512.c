@@ -57,20 +57,76 @@ static AI T512 void ftile(int wt, int RT, int TT, const uint8_t *w, size_t rb, c
         for (int j = 0; j < TT; j++) out[(size_t)j * ldo + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-static AI T512 float row_dot(int wt, const uint8_t *w, const float *x, int cols) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+/* The sum of V's 16 lanes in a fixed order: halves added (256, then 128
+ * bits), then lanes 0+2 and 1+3, then those two. hsum16x4 does the same
+ * additions for four vectors at once (fewer instructions per sum, the same
+ * bits). */
+static AI T512 float hsum16(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    __m128 p = _mm_add_ps(q, _mm_permute_ps(q, 0x4E));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
+
+static AI T512 void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float *out, int ldo) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    __m512 p = _mm512_add_ps(q, _mm512_permute_ps(q, 0x4E));
+    __m512 r = _mm512_add_ps(p, _mm512_movehdup_ps(p)); /* lane 4j: p[4j] + p[4j+1] */
+    float t[16];
+    _mm512_storeu_ps(t, r);
+    for (int j = 0; j < 4; j++) out[(size_t)j * ldo] = t[4 * j];
+}
+
+/* One weight row against TT tokens (the row read and converted once): each
+ * token's sum runs in 4 chains over k, in the same order whatever TT is, so
+ * that a small batch gives every token the bits a one-token call gives it
+ * (KB_EXACT_ROWS); decode (one token) is the TT = 1 case. */
+static AI T512 void row_dot_tt(int wt, int TT, const uint8_t *w, const float *x, int ldx, int cols, float *out,
+                               int ldo) {
+    __m512 a[4][4];
+    for (int j = 0; j < TT; j++) a[j][0] = a[j][1] = a[j][2] = a[j][3] = _mm512_setzero_ps();
     int k = 0;
     for (; k + 64 <= cols; k += 64) {
-        a0 = _mm512_fmadd_ps(loadw(wt, w, k), _mm512_loadu_ps(x + k), a0);
-        a1 = _mm512_fmadd_ps(loadw(wt, w, k + 16), _mm512_loadu_ps(x + k + 16), a1);
-        a2 = _mm512_fmadd_ps(loadw(wt, w, k + 32), _mm512_loadu_ps(x + k + 32), a2);
-        a3 = _mm512_fmadd_ps(loadw(wt, w, k + 48), _mm512_loadu_ps(x + k + 48), a3);
+        __m512 w0 = loadw(wt, w, k), w1 = loadw(wt, w, k + 16), w2 = loadw(wt, w, k + 32), w3 = loadw(wt, w, k + 48);
+        for (int j = 0; j < TT; j++) {
+            const float *xj = x + (size_t)j * ldx + k;
+            a[j][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xj), a[j][0]);
+            a[j][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xj + 16), a[j][1]);
+            a[j][2] = _mm512_fmadd_ps(w2, _mm512_loadu_ps(xj + 32), a[j][2]);
+            a[j][3] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(xj + 48), a[j][3]);
+        }
     }
     for (; k < cols; k += 16) {
         __mmask16 m = (__mmask16)(cols - k >= 16 ? 0xFFFF : (1u << (cols - k)) - 1);
-        a0 = _mm512_fmadd_ps(loadw_mask(wt, w, k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
+        __m512 wv = loadw_mask(wt, w, k, m);
+        for (int j = 0; j < TT; j++)
+            a[j][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (size_t)j * ldx + k), a[j][0]);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    __m512 v[4];
+    for (int j = 0; j < TT; j++) v[j] = _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_add_ps(a[j][2], a[j][3]));
+    if (TT == 4) {
+        hsum16x4(v[0], v[1], v[2], v[3], out, ldo);
+        return;
+    }
+    for (int j = 0; j < TT; j++) out[(size_t)j * ldo] = hsum16(v[j]);
+}
+
+/* Up to KB_EXACT_ROWS tokens: row by row, tokens 4 at a time through row_dot_tt. */
+static AI T512 void mm_float_small(int wt, const uint8_t *w, size_t rb, int rows, const float *x, int ldx, int n,
+                                   int cols, float *out, int ldo) {
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        int t = 0;
+        for (; t + 4 <= n; t += 4) row_dot_tt(wt, 4, wr, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
+        switch (n - t) {
+        case 3: row_dot_tt(wt, 3, wr, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo); break;
+        case 2: row_dot_tt(wt, 2, wr, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo); break;
+        case 1: row_dot_tt(wt, 1, wr, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo); break;
+        default: break;
+        }
+    }
 }
 
 /* Prefill (n >= 4) as outer products, 16 tokens per vector: the
@@ -190,16 +246,16 @@ static AI T512 void mm_float(int wt, const void *wv, size_t rb, int rows, const 
                              float *out, int ldo, float *xt) {
     const uint8_t *w = wv;
     int r = 0;
+    if (n <= KB_EXACT_ROWS) {
+        mm_float_small(wt, w, rb, rows, x, ldx, n, cols, out, ldo);
+        return;
+    }
     if (n >= 4 && rows >= 4 && xt) { /* xt: CPU_MM_TMP_FLOATS(cols) >= (cols + SG) * ldt floats */
         size_t ldt = (size_t)(n < 64 ? n + 15 : 64) / 16 * 16;
         r = rows / 4 * 4;
         for (int t = 0; t < n; t += 64)
             mm_float_outer(wt, w, rb, r, x + (size_t)t * ldx, ldx, n - t < 64 ? n - t : 64, cols,
                            out + (size_t)t * ldo, ldo, xt, xt + (size_t)cols * ldt);
-    }
-    if (n == 1) { /* decode: one row at a time, one sequential memory stream, 4 chains */
-        for (; r < rows; r++) out[r] = row_dot(wt, w + (size_t)r * rb, x, cols);
-        return;
     }
     for (; r + 4 <= rows; r += 4) {
         const uint8_t *wr = w + (size_t)r * rb;

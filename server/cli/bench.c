@@ -278,7 +278,8 @@ static size_t current_rss(void) {
 
 const char cli_bench_usage[] =
     "  ilpd bench    -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--layer-mask BASE64]\n"
-    "                [--kv-f16] [--reps R] [--json-schema FILE] [--json]\n"
+    "                [--kv-f16] [--reps R] [--json] [--verify] [--json-schema FILE]\n"
+    "  --verify            the cost of verifying k tokens in one pass against one decode step\n"
     "  --json-schema FILE  generate under that JSON Schema (constrained decoding, stopping where the\n"
     "                      grammar ends) and report the grammar's share of the decode time\n";
 
@@ -299,7 +300,7 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
 typedef struct {
     const char *model, *mask_b64, *schema_path;
     char *schema;                /* the --json-schema file's text */
-    int n_threads, n_prompt, n_gen, json, kv_f16, reps;
+    int n_threads, n_prompt, n_gen, json, kv_f16, reps, verify;
 } bench_opts;
 
 /* Parses the options of `ilpd bench` into O. Returns -1 to go on, or the
@@ -338,6 +339,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             o->json = 1;
         } else if (!strcmp(a, "--kv-f16")) {
             o->kv_f16 = 1;
+        } else if (!strcmp(a, "--verify")) {
+            o->verify = 1;
         } else {
             fprintf(stderr, "ilpd bench: unknown argument '%s'\n", a);
             return usage();
@@ -503,12 +506,41 @@ static void bench_report(const bench_opts *o, const bench_result *r) {
     printf("load             %.2f s\n", r->t_load);
 }
 
+/* --verify: the table of verify(k) / decode(1), k = 1..ENGINE_VERIFY_ROWS rows,
+ * after a context of -p tokens (lossless mode's verification cost). */
+static int bench_verify(const bench_opts *o) {
+    char err[512];
+    engine_params ep = {.model_path = o->model, .n_ctx = o->n_prompt + ENGINE_VERIFY_ROWS, .n_threads = o->n_threads,
+                        .device = ENGINE_DEVICE_CPU, .kv_f16 = o->kv_f16};
+    engine *e = engine_open(&ep, err, sizeof err);
+    if (!e) {
+        fprintf(stderr, "ilpd bench: %s\n", err);
+        return 1;
+    }
+    int reps = 50 * o->reps, rc = 0;
+    double one = 0;
+    printf("%-6s %10s %14s%s\n", "rows", "ms/pass", "vs 1 row", o->json ? "" : "   (after a context of -p tokens)");
+    for (int k = 1; k <= ENGINE_VERIFY_ROWS && rc == 0; k++) {
+        double ms = engine_bench_rows(e, o->n_prompt, k, reps);
+        if (ms < 0) {
+            fprintf(stderr, "ilpd bench: the verification pass of %d rows failed\n", k);
+            rc = 1;
+            break;
+        }
+        if (k == 1) one = ms;
+        printf("%-6d %10.4f %13.2fx\n", k, ms, ms / one);
+    }
+    engine_close(e);
+    return rc;
+}
+
 int cli_bench(int argc, char **argv) {
     bench_opts o;
     bench_result r;
     int rc = bench_parse(argc, argv, &o);
     if (rc >= 0) return rc;
     log_set_plain(1);
+    if (o.verify) return bench_verify(&o);
     if (o.schema_path && !(o.schema = cli_read_file(o.schema_path, 1 << 20))) {
         fprintf(stderr, "ilpd bench: %s: cannot read the schema\n", o.schema_path);
         return 1;

@@ -14,7 +14,8 @@
 #include "probe/mask.h"
 
 typedef struct {
-    const char *model, *prompt, *system, *mask_b64, *mask_list, *tokens, *out, *chat_template;
+    const char *model, *prompt, *system, *mask_b64, *mask_list, *tokens, *out, *chat_template, *probe;
+    engine_skip_mode skip_mode;
     int n_predict, n_ctx, n_threads, chat, no_bos, kv_f16, top_k;
     float temp, top_p;
     unsigned long long seed;
@@ -26,7 +27,8 @@ typedef struct {
 
 static const char generate_usage[] =
     "  ilpd generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-    "                [--layer-mask BASE64] [--chat] [--system TEXT] [--stop STR]... [-c CTX] [-t THREADS]\n";
+    "                [--layer-mask BASE64] [--chat] [--system TEXT] [--stop STR]... [-c CTX] [-t THREADS]\n"
+    "                [--skip-mode lossless|approximate|off] [--probe PROBE.json]\n";
 static const char tokenize_usage[] = "  ilpd tokenize -m MODEL [--no-bos] TEXT\n";
 static const char inspect_usage[] = "  ilpd inspect  -m MODEL\n";
 static const char logits_usage[] =
@@ -92,6 +94,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
     o->top_p = 1.0f;
     o->seed = 42;
     o->device = ENGINE_DEVICE_CPU;
+    o->skip_mode = ENGINE_SKIP_LOSSLESS;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -109,6 +112,13 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "--system")) { NEED_VALUE(); o->system = v; }
         else if (!strcmp(a, "--layer-mask")) { NEED_VALUE(); o->mask_b64 = v; }
         else if (!strcmp(a, "--mask")) { NEED_VALUE(); o->mask_list = v; }
+        else if (!strcmp(a, "--probe")) { NEED_VALUE(); o->probe = v; }
+        else if (!strcmp(a, "--skip-mode")) {
+            NEED_VALUE();
+            int m = engine_skip_mode_parse(v);
+            if (m < 0) { fprintf(stderr, "ilpd: --skip-mode expects lossless, approximate or off\n"); return -1; }
+            o->skip_mode = (engine_skip_mode)m;
+        }
         else if (!strcmp(a, "--tokens")) { NEED_VALUE(); o->tokens = v; }
         else if (!strcmp(a, "-o")) { NEED_VALUE(); o->out = v; }
         else if (!strcmp(a, "--chat-template")) { NEED_VALUE(); o->chat_template = v; }
@@ -149,7 +159,8 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
 
 static engine *open_engine(const cli_opts *o) {
     engine_params p = {.model_path = o->model, .n_ctx = o->n_ctx, .n_threads = o->n_threads, .device = o->device,
-                       .chat_template = o->chat_template, .kv_f16 = o->kv_f16};
+                       .chat_template = o->chat_template, .kv_f16 = o->kv_f16, .layer_skip = o->probe != NULL,
+                       .probe_path = o->probe};
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
     if (!e) fprintf(stderr, "ilpd: %s\n", err);
@@ -226,7 +237,7 @@ static int cmd_generate(const cli_opts *o) {
     }
     engine_gen_params gp = {.max_tokens = o->n_predict, .temperature = o->temp, .top_p = o->top_p,
                             .top_k = o->top_k, .seed = o->seed, .stop = o->stop, .n_stop = o->n_stop,
-                            .layer_mask = has_mask ? mask : NULL};
+                            .layer_mask = has_mask ? mask : NULL, .skip_mode = o->skip_mode};
     engine_callbacks cb = {.on_text = print_text};
     engine_result res;
     engine_generate(e, tokens, n, &gp, &cb, &res);
@@ -235,9 +246,10 @@ static int cmd_generate(const cli_opts *o) {
         goto done;
     }
     log_msg(LOG_INFO, "generated",
-            "%d prompt tokens, %d generated (%s), prefill %.1f ms, %.2f tok/s, KV %zu bytes", n, res.n_generated,
-            engine_stop_reason_name(res.reason), res.prefill_ms,
-            res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0.0, res.kv_bytes);
+            "%d prompt tokens, %d generated (%s), prefill %.1f ms, %.2f tok/s, KV %zu bytes, mode %s, draft %d/%d in %d verifications",
+            n, res.n_generated, engine_stop_reason_name(res.reason), res.prefill_ms,
+            res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0.0, res.kv_bytes,
+            engine_skip_mode_name(res.skip_mode), res.n_accepted, res.n_drafted, res.n_verifications);
     rc = 0;
 done:
     free(tokens);

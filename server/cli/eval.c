@@ -1,6 +1,9 @@
-/* eval.c - `ilpd eval`: runs every prompt at full depth and with the probe
- * and reports, per prompt and per prompt class, the layers skipped, greedy
- * token agreement, whole answers kept, tok/s, time to first token, KV bytes,
+/* eval.c - `ilpd eval`: runs every prompt at full depth (mode off), with the
+ * probe (approximate mode) and in lossless mode, and reports, per prompt and
+ * per prompt class, the layers skipped, greedy token agreement, whole answers
+ * kept, tok/s, time to first token, KV bytes, for lossless mode the answers
+ * identical to full depth (all of them, or it is a bug), the share of
+ * drafted tokens kept, tokens per verification and its speed against off,
  * and perplexity on a text. `--json` writes the numbers for
  * scripts/model/plot_eval.py. */
 #include <cjson/cJSON.h>
@@ -16,7 +19,8 @@
 
 const char cli_eval_usage[] =
     "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--ppl-text FILE]\n"
-    "                [-t THREADS] [-c CTX] [--max-prompts N]\n";
+    "                [-t THREADS] [-c CTX] [--max-prompts N] [--draft-always]\n"
+    "                (--draft-always: lossless mode drafts whenever it can, not only when its cost model expects a gain)\n";
 
 typedef struct {
     char *text;
@@ -46,14 +50,14 @@ typedef struct {
 static int answer_token(void *ud, int32_t id) { return measure_id_collect(&((answer *)ud)->ids, id); }
 static int answer_text(void *ud, const char *t, size_t n) { return collect_text(&((answer *)ud)->text, t, n); }
 
-/* One greedy generation; FORCED: a mask, or NULL to let the probe decide. */
-static int run_answer(engine *e, const int32_t *prompt, int n, int n_gen, const uint8_t *forced, answer *a,
-                      engine_result *res) {
+/* One greedy generation in MODE; FORCED: a mask, or NULL to let the probe decide. */
+static int run_answer(engine *e, const int32_t *prompt, int n, int n_gen, const uint8_t *forced, engine_skip_mode mode,
+                      answer *a, engine_result *res) {
     memset(a, 0, sizeof *a);
     a->ids.ids = malloc((size_t)n_gen * sizeof *a->ids.ids);
     if (!a->ids.ids) return -1;
     a->ids.cap = n_gen;
-    engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = forced};
+    engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = forced, .skip_mode = mode};
     engine_callbacks cb = {.on_token = answer_token, .on_text = answer_text, .ud = a};
     engine_generate(e, prompt, n, &gp, &cb, res);
     if (res->reason == ENGINE_STOP_ERROR) return -1;
@@ -69,6 +73,8 @@ typedef struct {
     char cls[64];
     int n, exact;
     double agree, total, skipped, tok_s_full, tok_s_probe, ttft_full, ttft_probe, kv_full, kv_probe;
+    int ll_exact;                          /* lossless answers identical to full depth */
+    double ll_tok_s, ll_drafted, ll_accepted, ll_verifications;
 } class_sum;
 
 static class_sum *class_get(class_sum *c, int *n, const char *name) {
@@ -144,14 +150,14 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
     const engine_info *in = engine_get_info(e);
     int32_t *prompt = NULL;
     int n = measure_prompt_tokens(e, spec, &prompt);
-    answer full, pa;
-    engine_result rf, rp;
-    uint8_t fm[MASK_MAX_LAYERS];
-    measure_mask_full(in, fm);
+    answer full, pa, la;
+    engine_result rf, rp, rl;
     memset(&full, 0, sizeof full);
     memset(&pa, 0, sizeof pa);
-    if (n < 1 || n + o->n_gen >= in->n_ctx || run_answer(e, prompt, n, o->n_gen, fm, &full, &rf) ||
-        run_answer(e, prompt, n, o->n_gen, NULL, &pa, &rp)) {
+    memset(&la, 0, sizeof la);
+    if (n < 1 || n + o->n_gen >= in->n_ctx || run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_OFF, &full, &rf) ||
+        run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_APPROXIMATE, &pa, &rp) ||
+        run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_LOSSLESS, &la, &rl)) {
         fprintf(stderr, "eval: prompt %d skipped (too long or failed)\n", i);
         goto done;
     }
@@ -165,9 +171,16 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
     free(sm.seq);
     if (agree < 0) goto done;
     int exact = (full.text.len == pa.text.len) && (!full.text.len || !memcmp(full.text.text, pa.text.text, full.text.len));
+    int ll_exact = full.text.len == la.text.len && (!full.text.len || !memcmp(full.text.text, la.text.text, full.text.len)) &&
+                   full.ids.n == la.ids.n && !memcmp(full.ids.ids, la.ids.ids, (size_t)full.ids.n * sizeof *full.ids.ids);
     class_sum *c = class_get(classes, n_classes, spec->cls);
     c->n++;
     c->exact += exact;
+    c->ll_exact += ll_exact;
+    c->ll_tok_s += gen_tok_s(&rl);
+    c->ll_drafted += rl.n_drafted;
+    c->ll_accepted += rl.n_accepted;
+    c->ll_verifications += rl.n_verifications;
     c->agree += agree;
     c->total += full.ids.n;
     c->skipped += rp.n_skipped;
@@ -195,20 +208,27 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
         cJSON_AddNumberToObject(r, "ttft_ms_probe", rp.ttft_ms);
         cJSON_AddNumberToObject(r, "kv_bytes_full", (double)rf.kv_bytes);
         cJSON_AddNumberToObject(r, "kv_bytes_probe", (double)rp.kv_bytes);
+        cJSON_AddBoolToObject(r, "lossless_identical", ll_exact);
+        cJSON_AddNumberToObject(r, "tok_s_lossless", gen_tok_s(&rl));
+        cJSON_AddNumberToObject(r, "draft_drafted", rl.n_drafted);
+        cJSON_AddNumberToObject(r, "draft_accepted", rl.n_accepted);
+        cJSON_AddNumberToObject(r, "verifications", rl.n_verifications);
         cJSON_AddStringToObject(r, "answer_full", full.text.text ? full.text.text : "");
         cJSON_AddStringToObject(r, "answer_probe", pa.text.text ? pa.text.text : "");
         cJSON_AddItemToArray(rows, r);
     }
     if (!o->json)
-        printf("%-4d %-10.10s %8d %7.2f%% %6s %9.1f %9.1f %8zu %8zu\n", i, spec->cls, rp.n_skipped,
+        printf("%-4d %-10.10s %8d %7.2f%% %6s %9.1f %9.1f %8zu %8zu %5s %6d/%-4d %9.1f\n", i, spec->cls, rp.n_skipped,
                full.ids.n ? 100.0 * agree / full.ids.n : 100.0, exact ? "yes" : "no", gen_tok_s(&rf), gen_tok_s(&rp),
-               rf.kv_bytes, rp.kv_bytes);
+               rf.kv_bytes, rp.kv_bytes, ll_exact ? "yes" : "NO", rl.n_accepted, rl.n_drafted, gen_tok_s(&rl));
 done:
     free(prompt);
     free(full.ids.ids);
     free(full.text.text);
     free(pa.ids.ids);
     free(pa.text.text);
+    free(la.ids.ids);
+    free(la.text.text);
 }
 
 /* The per-class and total summary of CLASSES[0..n_classes) into ROOT's
@@ -231,6 +251,11 @@ static void classes_report(const engine_info *in, const class_sum *classes, int 
             tot.ttft_probe += x->ttft_probe;
             tot.kv_full += x->kv_full;
             tot.kv_probe += x->kv_probe;
+            tot.ll_exact += x->ll_exact;
+            tot.ll_tok_s += x->ll_tok_s;
+            tot.ll_drafted += x->ll_drafted;
+            tot.ll_accepted += x->ll_accepted;
+            tot.ll_verifications += x->ll_verifications;
         }
         if (!x->n) continue;
         int cand = in->n_layers - in->probe_k - 1;
@@ -247,6 +272,14 @@ static void classes_report(const engine_info *in, const class_sum *classes, int 
         cJSON_AddNumberToObject(j, "ttft_ms_probe", x->ttft_probe / x->n);
         cJSON_AddNumberToObject(j, "kv_bytes_full", x->kv_full / x->n);
         cJSON_AddNumberToObject(j, "kv_bytes_probe", x->kv_probe / x->n);
+        double acc = x->ll_drafted ? x->ll_accepted / x->ll_drafted : 0;
+        double per_verif = x->ll_verifications ? (x->ll_accepted + x->ll_verifications) / x->ll_verifications : 0;
+        double speedup = x->tok_s_full > 0 ? x->ll_tok_s / x->tok_s_full : 0;
+        cJSON_AddNumberToObject(j, "lossless_identical", (double)x->ll_exact / x->n);
+        cJSON_AddNumberToObject(j, "lossless_acceptance", acc);
+        cJSON_AddNumberToObject(j, "lossless_tokens_per_verification", per_verif);
+        cJSON_AddNumberToObject(j, "tok_s_lossless", x->ll_tok_s / x->n);
+        cJSON_AddNumberToObject(j, "lossless_speedup", speedup);
         cJSON_AddItemToObject(cls, x->cls, j);
         if (!json)
             printf("%-10s prompts %3d  skip rate %5.1f%% (%.2f layers)  agreement %6.2f%%  exact %5.1f%%  tok/s %.1f -> %.1f  "
@@ -254,6 +287,11 @@ static void classes_report(const engine_info *in, const class_sum *classes, int 
                    x->cls, x->n, cand > 0 ? 100 * x->skipped / x->n / cand : 0, x->skipped / x->n,
                    x->total ? 100 * x->agree / x->total : 100, 100.0 * x->exact / x->n, x->tok_s_full / x->n,
                    x->tok_s_probe / x->n, x->ttft_full / x->n, x->ttft_probe / x->n, x->kv_full / x->n, x->kv_probe / x->n);
+        if (!json)
+            printf("%-10s lossless: identical %5.1f%%  drafts kept %5.1f%% (%.0f/%.0f)  tokens/verification %.2f  "
+                   "tok/s %.1f -> %.1f (%.2fx off)\n",
+                   x->cls, 100.0 * x->ll_exact / x->n, 100 * acc, x->ll_accepted, x->ll_drafted, per_verif,
+                   x->tok_s_full / x->n, x->ll_tok_s / x->n, speedup);
     }
 }
 
@@ -280,8 +318,8 @@ int cli_eval(int argc, char **argv) {
     logits = malloc((size_t)in->n_ctx * in->n_vocab * sizeof *logits);
     if (!logits) goto done;
     if (!o.json)
-        printf("%-4s %-10s %8s %8s %6s %9s %9s %8s %8s\n", "#", "class", "skipped", "agree", "exact", "tok/s full",
-               "tok/s probe", "kv full", "kv probe");
+        printf("%-4s %-10s %8s %8s %6s %9s %9s %8s %8s %5s %11s %9s\n", "#", "class", "skipped", "agree", "exact", "tok/s full",
+               "tok/s probe", "kv full", "kv probe", "LL=", "kept/draft", "tok/s LL");
     for (int i = 0; i < n_use; i++) eval_prompt(e, &o, &specs[i], i, logits, classes, &n_classes, rows);
     classes_report(in, classes, n_classes, o.json, root);
     if (o.ppl_text) {

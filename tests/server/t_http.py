@@ -188,7 +188,9 @@ def errors(s):
     names = ["ilpd_requests_total", "ilpd_request_duration_seconds_bucket", "ilpd_time_to_first_token_seconds_bucket",
              "ilpd_inter_token_latency_seconds_bucket", "ilpd_prompt_tokens_total", "ilpd_generation_tokens_total",
              "ilpd_requests_running", "ilpd_requests_waiting", "ilpd_layer_status_total", "ilpd_layers_skipped_bucket",
-             "ilpd_layer_hints_total", "ilpd_kv_cache_bytes", "ilpd_skip_activation_ratio", "ilpd_skipped_layers_mean"]
+             "ilpd_layer_hints_total", "ilpd_kv_cache_bytes", "ilpd_skip_activation_ratio", "ilpd_skipped_layers_mean",
+             "ilpd_layer_mode_total", "ilpd_draft_tokens_total", "ilpd_draft_accepted_tokens_total",
+             "ilpd_draft_verifications_total"]
     missing = [n for n in names if n not in text]
     check(st == 200 and h.get("content-type", "").startswith("text/plain") and not missing,
           "GET /metrics: Prometheus text with the ilpd_ metrics", missing)
@@ -213,13 +215,42 @@ def applied_hint():
     s = Server("--hint-max-deviation", "0.5", "--max-body-bytes", "65536")
     try:
         hint = mask_b64([1, 1, 0, 1, 1])
-        st, h, o = s.json("POST", "/v1/messages", body(), {"x-layer-hint": hint})
+        approx = {"x-layer-hint": hint, "x-layer-mode": "approximate"}
+        st, h, o = s.json("POST", "/v1/messages", body(), approx)
         st2, h2, o2 = s.json("POST", "/v1/messages", body())
-        st3, h3, raw = s.request("POST", "/v1/messages", json.dumps(body(stream=True)), {"x-layer-hint": hint})
+        st3, h3, raw = s.request("POST", "/v1/messages", json.dumps(body(stream=True)), approx)
         check(st == 200 and h.get("x-layer-hint-status") == "applied" and h.get("x-layer-mask") == hint and
               o["content"][0]["text"] != o2["content"][0]["text"] and h3.get("x-layer-mask") == hint and
-              stream_text(sse(raw)) == o["content"][0]["text"],
-              "a hint within the deviation bound is applied: the mask header is the mask used (streaming too)", (h, h3))
+              stream_text(sse(raw)) == o["content"][0]["text"] and h.get("x-layer-mode") == "approximate" and
+              "x-layer-draft" not in h,
+              "approximate mode: a hint within the deviation bound is applied, the mask header is the mask used (streaming too)",
+              (h, h3))
+        # lossless (the default): the hint's mask only drafts; the answer is full depth's, streamed or not
+        st4, h4, o4 = s.json("POST", "/v1/messages", body(), {"x-layer-hint": hint})
+        st5, h5, raw5 = s.request("POST", "/v1/messages", json.dumps(body(stream=True)), {"x-layer-hint": hint})
+        st6, h6, o6 = s.json("POST", "/v1/messages", body(), {"x-layer-mode": "off"})
+        draft = h4.get("x-layer-draft", "")
+        acc, _, dra = draft.partition("/")
+        check(st4 == 200 and h4.get("x-layer-mode") == "lossless" and h4.get("x-layer-mask") == hint and
+              h2.get("x-layer-mode") == "lossless" and acc.isdigit() and dra.isdigit() and int(acc) <= int(dra) and
+              o4["content"][0]["text"] == o2["content"][0]["text"] == o6["content"][0]["text"] and
+              o4["usage"] == o6["usage"] and o4["stop_reason"] == o6["stop_reason"] and
+              h5.get("x-layer-mode") == "lossless" and stream_text(sse(raw5)) == o6["content"][0]["text"] and
+              h6.get("x-layer-mode") == "off" and h6.get("x-layer-status") == "off",
+              "lossless mode (the default): the hint drafts, the answer, usage and stop reason are full depth's, "
+              "streamed too; x-layer-draft ACCEPTED/DRAFTED; x-layer-mode off runs full depth", (h4, h5, h6))
+        st7, h7, o7 = s.json("POST", "/v1/messages", body(), {"x-layer-mode": "fastest"})
+        check(st7 == 200 and h7.get("x-layer-mode") == "lossless" and o7["content"][0]["text"] == o6["content"][0]["text"],
+              "an unknown x-layer-mode is ignored (the default runs, and is echoed)", h7)
+        st, h, raw = s.request("GET", "/metrics")
+        text = raw.decode()
+        m = {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines() if l.startswith("ilpd_draft_") or
+             l.startswith("ilpd_layer_mode_total")}
+        check(m.get('ilpd_layer_mode_total{mode="lossless"}', 0) >= 4 and m.get('ilpd_layer_mode_total{mode="off"}', 0) >= 1 and
+              m.get('ilpd_layer_mode_total{mode="approximate"}', 0) >= 2 and
+              m.get("ilpd_draft_tokens_total", 0) >= m.get("ilpd_draft_accepted_tokens_total", -1) >= 0 and
+              m.get("ilpd_draft_verifications_total", 0) > 0,
+              "metrics count generations by mode and the drafted, accepted tokens and verifications", m)
     finally:
         s.stop()
 

@@ -212,6 +212,24 @@ static void check_matmul(pair p, ggml_type t, int rows, int cols) {
         p.g->free(p.g, dg);
         p.c->free(p.c, dc);
     }
+    /* batch invariance (KB_EXACT_ROWS): each of 8 rows bit for bit its one-row result (lossless decoding) */
+    {
+        int n = KB_EXACT_ROWS, bad = 0;
+        float *xg = dev_from(p.g, x, (size_t)n * cols), *dg = p.g->alloc(p.g, (size_t)n * rows * sizeof(float));
+        if (xg && dg) {
+            p.g->matmul(p.g, dg, &wg, xg, n);
+            host_from(p.g, og, dg, (size_t)n * rows);
+            for (int tk = 0; tk < n; tk++) {
+                p.g->matmul(p.g, dg, &wg, xg + (size_t)tk * cols, 1);
+                host_from(p.g, oc, dg, (size_t)rows);
+                bad += memcmp(og + (size_t)tk * rows, oc, (size_t)rows * sizeof(float)) != 0;
+            }
+        }
+        CHECK(xg && dg && !bad, TAG ": matmul %s [%d x %d]: each of %d rows bit for bit its one-row result (%d differ)",
+              ggml_type_name(t), rows, cols, n, bad);
+        p.g->free(p.g, xg);
+        p.g->free(p.g, dg);
+    }
     /* the embedding: rows of any type, exactly the CPU's dequantisation (to
      * F16 rounding for the types stored as F16) */
     {

@@ -468,6 +468,43 @@ static void test_backend(void) {
     kb->destroy(kb);
 }
 
+/* Batch invariance (KB_EXACT_ROWS): through the backend, a matmul of n <=
+ * KB_EXACT_ROWS rows gives each row bit for bit what a one-row call gives,
+ * for every weight type (the speculative decoder's verification relies on
+ * it). Widths with tails (172, 200) and rows not a multiple of 16. */
+static void test_batch_invariance(void) {
+    kb_backend *kb = kb_cpu_create(2);
+    ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    for (int ti = 0; ti < 7; ti++) {
+        ggml_type t = types[ti];
+        int quant = ti >= 3;
+        for (int cols = quant ? 256 : 172; cols <= (quant ? 512 : 200); cols += quant ? 256 : 28) {
+            int rows = 37, bad = 0;
+            size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+            uint8_t *w = make_weight(t, rows, cols);
+            kb_weight kw = {t, rows, cols, w, NULL, rb * rows};
+            kb_scratch_shape sh = {KB_EXACT_ROWS, cols, 64, NULL};
+            int up = kb->reserve(kb, &sh) == 0 && kb->weight_upload(kb, &kw) == 0;
+            float *x = malloc(sizeof(float) * KB_EXACT_ROWS * cols), *one = malloc(sizeof(float) * KB_EXACT_ROWS * rows),
+                  *out = malloc(sizeof(float) * KB_EXACT_ROWS * rows);
+            for (int i = 0; i < KB_EXACT_ROWS * cols; i++) x[i] = frand();
+            for (int j = 0; j < KB_EXACT_ROWS; j++) kb->matmul(kb, one + (size_t)j * rows, &kw, x + (size_t)j * cols, 1);
+            for (int n = 2; n <= KB_EXACT_ROWS; n++) {
+                kb->matmul(kb, out, &kw, x, n);
+                bad += memcmp(out, one, sizeof(float) * n * rows) != 0;
+            }
+            CHECK(up && !bad && !kb_error(kb), "backend %s matmul of 2..%d rows of %d: each row bit for bit the one-row result",
+                  ggml_type_name(t), KB_EXACT_ROWS, cols);
+            if (kw.dev && kw.dev != kw.host) kb->weight_release(kb, &kw);
+            free(w);
+            free(x);
+            free(one);
+            free(out);
+        }
+    }
+    kb->destroy(kb);
+}
+
 int main(void) {
     isa isas[3] = {{"scalar", &cpu_kern_scalar}, {"avx2", cpu_kern_avx2()}, {"avx512", cpu_kern_avx512()}};
     for (int i = 0; i < 3; i++) {
@@ -484,6 +521,7 @@ int main(void) {
     }
     test_pool();
     test_backend();
+    test_batch_invariance();
     printf("# best kernels on this CPU: %s\n", cpu_kern_best()->name);
     CHECK_DONE();
 }

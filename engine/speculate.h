@@ -1,0 +1,109 @@
+/* speculate.h - the policy of lossless decoding (x-layer-mode: lossless).
+ *
+ * A draft proposes the next few tokens; the full-depth model scores them
+ * all in one batched pass (the prefill path, KB_EXACT_ROWS rows at most, so
+ * that every row's numbers are those of one-token decoding), and the
+ * longest prefix it agrees with plus one token of its own is kept. Two
+ * drafts:
+ *  - the same weights with a skip mask (self-speculation): the probe's
+ *    ranking of the candidate layers says which go first; how many are
+ *    skipped follows the acceptance rate;
+ *  - n-grams (prompt lookup): the tokens that followed the latest earlier
+ *    occurrence of the text's last 2..4 tokens, in the prompt or the answer.
+ * Greedy decoding keeps a drafted token when it is the full model's argmax;
+ * sampling keeps it with probability min(1, p/q) and otherwise draws from
+ * the normalised residual max(0, p - q), so that every token has exactly
+ * the full model's distribution (spec_sample_verify).
+ *
+ * Each draft source is used only when it is expected to pay, by a cost
+ * model in units of one decode step: a verification of r rows costs
+ * vcost[r] (measured once per engine: ilpd bench --verify prints the same
+ * table), a layer draft step the share of the weights its mask computes.
+ * With a per-token acceptance rate a (a moving average per source), k
+ * drafted tokens yield (1 - a^(k+1)) / (1 - a) tokens for vcost[k+1] + k
+ * draft steps; the source and k with the best yield per cost are chosen,
+ * and plain decoding (yield 1 per 1) when none beats it by SPEC_MARGIN. A
+ * source left unused is tried again now and then (its rate may have
+ * changed), so a request whose drafts are rejected decodes plainly, less a
+ * short probe after SPEC_EXPLORE tokens, then 2, 4, ... times as many.
+ *
+ * This module is bookkeeping and arithmetic only; the generate loop
+ * (engine/engine.c) runs the model.
+ */
+#ifndef ILPD_SPECULATE_H
+#define ILPD_SPECULATE_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "probe/mask.h"
+#include "engine/sampler.h"
+
+#define SPEC_K_MAX (KB_EXACT_ROWS - 1) /* drafted tokens per verification (+1 row: the last kept token) */
+#define SPEC_NGRAM_MIN 2
+#define SPEC_NGRAM_MAX 4
+#define SPEC_SKIP_THRESHOLD 0.75f /* a layer the probe rates below this need is skipped by the first draft */
+#define SPEC_MARGIN 1.10          /* expected speed-up a draft must promise over plain decoding */
+#define SPEC_EXPLORE 24           /* tokens after which an unused source is tried again */
+
+typedef enum { SPEC_PLAIN, SPEC_NGRAM, SPEC_LAYERS, SPEC_N_SOURCES } spec_source;
+
+/* What drafting costs on this engine, in decode steps. */
+typedef struct {
+    double vcost[SPEC_K_MAX + 2];  /* vcost[r]: a verification of r rows (vcost[1] = 1) */
+    double layer[MASK_MAX_LAYERS]; /* one layer's share of a decode step */
+    double head;                   /* the output head's share */
+} spec_costs;
+
+typedef struct {
+    int n_layers;
+    uint8_t mask[MASK_MAX_LAYERS]; /* the draft mask (layer drafts) */
+    int order[MASK_MAX_LAYERS];    /* candidate layers, the most skippable first */
+    int n_order, n_skip;           /* the first n_skip of ORDER are skipped; n_order 0: the mask is fixed */
+    spec_costs cost;
+    double rate[SPEC_N_SOURCES];   /* moving average of the per-token acceptance */
+    int last_used[SPEC_N_SOURCES]; /* n_generated when the source last drafted */
+    int explore_gap[SPEC_N_SOURCES]; /* tokens before an unused source is tried again (doubles while it does not pay) */
+    int win_drafted, win_accepted; /* layer drafts since the mask last changed */
+    int drafted, accepted, verifications; /* totals (drafts of both sources) */
+} spec_state;
+
+/* Starts the policy for a request. MASK (n_layers bytes) is the first draft
+ * mask; ORDER/N_ORDER the candidate layers the most skippable first and
+ * N_SKIP of them skipped in MASK, or N_ORDER 0 when the mask may not change
+ * (forced, or a client's hint applied). A mask that skips nothing means no
+ * layer drafts. COST: the engine's costs (copied). */
+void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip,
+               const spec_costs *cost);
+
+/* What to do next, after N_GENERATED tokens: SPEC_NGRAM (an n-gram draft
+ * of NGRAM_LEN tokens is at hand), SPEC_LAYERS (the draft mask skips
+ * layers) or SPEC_PLAIN, whichever the cost model expects to be fastest.
+ * *K gets the number of tokens to draft (at most ROOM, the tokens that may
+ * still be generated minus one). */
+spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, int *k);
+
+/* Records a verification from SRC (not SPEC_PLAIN) after N_GENERATED
+ * tokens: DRAFTED tokens proposed, ACCEPTED of them kept. Adapts the
+ * acceptance rate and the draft mask. Returns 1 when the mask changed. */
+int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int n_generated);
+
+/* The expected tokens per decode step's cost of drafting K tokens at
+ * acceptance rate A when a draft step costs C and a verification of r
+ * rows VCOST[r]. */
+double spec_yield(double a, int k, double c, const double *vcost);
+
+/* Prompt lookup: finds the latest earlier occurrence of the last g tokens
+ * of HIST (g from SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN) and copies the
+ * tokens that followed it (at most MAX_OUT) into OUT. Returns how many. */
+int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out);
+
+/* Speculative sampling of one drafted token D. P: the full model's
+ * distribution (n values, summing to 1); Q: the draft's, or NULL when the
+ * draft was certain (an n-gram: q is one-hot at D). Keeps D with
+ * probability min(1, p(D)/q(D)) and returns 1; otherwise writes to *OUT a
+ * token drawn from max(0, p - q) normalised (SCRATCH: n floats) and returns
+ * 0. Draws from S's generator. */
+int spec_sample_verify(sampler *s, const float *p, const float *q, int32_t d, int n, float *scratch, int32_t *out);
+
+#endif

@@ -124,21 +124,23 @@ def check_plain(anthropic, client, model):
 
 
 def check_tools(anthropic, client, model):
-    """tool_choice any (create and stream with input_json events), then the agent's second turn."""
+    """tool_choice any with one call (the demo model, never trained on tools, would otherwise go on calling
+    until max_tokens): create, and stream with input_json events; then the agent's second turn."""
     msg = client.messages.create(model=model, max_tokens=200, temperature=0, tools=[WEATHER_TOOL],
-                                 tool_choice={"type": "any"}, messages=TOOL_QUESTION)
+                                 tool_choice={"type": "any", "disable_parallel_tool_use": True}, messages=TOOL_QUESTION)
     call = tool_use_of(msg)
     check(call is not None and msg.stop_reason == "tool_use" and call.id.startswith("toolu_")
           and call.name == "get_weather" and isinstance(call.input, dict)
           and not schema_errors(call.input, WEATHER_TOOL["input_schema"]),
           "tools + tool_choice any give a valid tool_use block", msg)
-    count = client.messages.count_tokens(model=model, tools=[WEATHER_TOOL], tool_choice={"type": "any"},
-                                         messages=TOOL_QUESTION)
+    count = client.messages.count_tokens(model=model, tools=[WEATHER_TOOL],
+                                          tool_choice={"type": "any", "disable_parallel_tool_use": True},
+                                          messages=TOOL_QUESTION)
     check(count.input_tokens == msg.usage.input_tokens, "count_tokens counts the tools", (count, msg.usage))
 
     partials, snapshot = [], None
     with client.messages.stream(model=model, max_tokens=200, temperature=0, tools=[WEATHER_TOOL],
-                                tool_choice={"type": "any"}, messages=TOOL_QUESTION) as stream:
+                                tool_choice={"type": "any", "disable_parallel_tool_use": True}, messages=TOOL_QUESTION) as stream:
         for event in stream:
             if event.type == "input_json":
                 partials.append(event.partial_json)

@@ -10,6 +10,8 @@ SANITIZE ?= 0
 CUDA     ?= auto
 MODEL    ?= models/ilpd-demo-F16.gguf
 PORT     ?= 8080
+CTX      ?=
+# CTX: the context in tokens (empty: the model's trained context, capped by --kv-budget-mb)
 HOST     ?= 127.0.0.1
 PREFIX   ?= /usr/local
 DESTDIR  ?=
@@ -111,7 +113,7 @@ test: test-deps $(BIN) $(UNIT_BINS)
 	@ILPD=$(abspath $(BIN)) UNIT_DIR=$(abspath $(BUILD)/tests) SANITIZE=$(SANITIZE) PYTHON=$(PYTHON) tests/run.sh $(T)
 
 run: deps $(BIN)
-	./$(BIN) serve -m $(MODEL) --host $(HOST) --port $(PORT)
+	./$(BIN) serve -m $(MODEL) --host $(HOST) --port $(PORT) $(if $(CTX),-c $(CTX))
 
 # Installs the binary, the default config (kept if present), the probes, the
 # built-in model and the systemd units; DESTDIR and PREFIX are honoured.

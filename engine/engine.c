@@ -45,6 +45,7 @@ struct engine {
     grammar_vocab *gvocab;  /* the token pieces for constrained decoding, built at the first use */
     spec_costs spec_cost;   /* lossless mode's cost model, measured at its first request */
     int spec_cost_ready;
+    prefix_cache *pcache;   /* the KV of recent requests, or NULL */
 };
 
 static double now_ms(void) {
@@ -251,6 +252,11 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
         e->spec_cost_ready = 1;
     }
     probe_find(e, p);
+    if (p->prompt_cache_bytes) {
+        e->pcache = prefix_cache_new(p->prompt_cache_bytes, e->model.n_layers, e->model.kv_dim, e->model.head_dim,
+                                     e->kv_type);
+        if (!e->pcache) goto oom;
+    }
     return e;
 oom:
     snprintf(err, errlen, "%s: out of memory", p->model_path);
@@ -261,6 +267,7 @@ fail:
 
 void engine_close(engine *e) {
     if (!e) return;
+    prefix_cache_free(e->pcache);
     if (e->kb) {
         model_free(&e->model, e->kb);
         e->kb->destroy(e->kb);
@@ -275,6 +282,8 @@ void engine_close(engine *e) {
 }
 
 const engine_info *engine_get_info(const engine *e) { return &e->info; }
+
+void engine_cache_stats(engine *e, prefix_cache_stats *s) { prefix_cache_stats_get(e->pcache, s); }
 
 int engine_debug_protect_layer(engine *e, int layer, int protect) {
     return model_layer_protect(&e->model, layer, protect);
@@ -471,16 +480,16 @@ void engine_measure_costs(engine *e) {
 
 static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }
 
-/* Runs layers [l0, l1) over the N prompt rows, one layer at a time,
+/* Runs layers [l0, l1) over the N prompt rows (positions POS0..), one layer at a time,
  * reporting progress and checking the cancel flag and the backend's error
  * state between layers. Returns 0, 1 when cancelled, or -1 when the
  * backend failed (kb_error says why). */
-static int prefill_layers(engine *e, model_state *st, int n, int l0, int l1, const engine_gen_params *gp,
+static int prefill_layers(engine *e, model_state *st, int n, int pos0, int l0, int l1, const engine_gen_params *gp,
                           const engine_callbacks *cb) {
     const model *m = &e->model;
     for (int l = l0; l < l1; l++) {
         if (cancelled(gp)) return 1;
-        model_forward_layers(m, e->kb, st, n, 0, l, l + 1);
+        model_forward_layers(m, e->kb, st, n, pos0, l, l + 1);
         if (kb_error(e->kb)) return -1;
         if (cb && cb->on_progress) cb->on_progress(cb->ud, (l + 1) * n, m->n_layers * n);
     }
@@ -517,7 +526,7 @@ static int probe_prefill(engine *e, model_state *st, int n, int k, probe_stats *
     for (int l = 0; l < k; l++) {
         e->kb->to_host(e->kb, host, st->x, (size_t)n * m->dim * sizeof *host);
         ps->norm[l] = probe_mean_norm(host, n, m->dim);
-        int rc = prefill_layers(e, st, n, l, l + 1, gp, cb);
+        int rc = prefill_layers(e, st, n, 0, l, l + 1, gp, cb);
         if (rc) {
             free(host);
             return rc;
@@ -859,6 +868,31 @@ static int gen_spec_alloc(gen *g, int V) {
     return g->q && g->p && g->resid ? 0 : -1;
 }
 
+/* The prompt's positions that the prefix cache holds for the layers ST
+ * computes so far (when probing, layers 0..k-1: the rest is checked once
+ * the mask is final), leaving at least the last one to prefill. Returns
+ * their number (0: none) and the entry in *PE. */
+static int cache_find(engine *e, const model_state *st, const int32_t *prompt, int n_prompt,
+                      const engine_gen_params *gp, prefix_entry **pe) {
+    uint8_t need[MASK_MAX_LAYERS];
+    *pe = NULL;
+    if (!e->pcache) return 0;
+    for (int l = 0; l < e->model.n_layers; l++) need[l] = st->kv[l].k != NULL;
+    return prefix_cache_lookup(e->pcache, gp->cache_owner, prompt, n_prompt, n_prompt - 1, need, pe);
+}
+
+/* Moves rows FROM..FROM+N-1 of the residual stream to rows 0..N-1.
+ * Returns 0 or -1 (out of memory). */
+static int rows_shift(engine *e, model_state *st, int from, int n) {
+    size_t row = (size_t)e->model.dim * sizeof(float);
+    float *host = malloc((size_t)n * row);
+    if (!host) return -1;
+    e->kb->to_host(e->kb, host, st->x + (size_t)from * e->model.dim, (size_t)n * row);
+    e->kb->to_backend(e->kb, st->x, host, (size_t)n * row);
+    free(host);
+    return 0;
+}
+
 /* Checks the request; 0, or -1 with res->error set (a retry fails the same way). */
 static int check_request(const engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
                          engine_result *res) {
@@ -951,8 +985,13 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     have_state = 1;
     if (sampler_init(&sm, m->n_vocab, gp->temperature, gp->top_p, gp->top_k, gp->seed)) goto oom;
     have_sampler = 1;
+    /* A cached prefix: its rows are not embedded, unless the probe must
+     * see the whole prompt (it runs layers 0..k-1 over every row, so that
+     * it decides what it decides without the cache). */
+    prefix_entry *pe;
+    int reuse = cache_find(e, &st, prompt, n_prompt, gp, &pe);
     arm_kernel_fault(e, 0);
-    model_embed(m, e->kb, &st, prompt, n_prompt);
+    model_embed(m, e->kb, &st, prompt + (probing ? 0 : reuse), n_prompt - (probing ? 0 : reuse));
     rc = decide_mask(e, &st, n_prompt, gp, cb, g.logits, &spec, res);
     if (rc > 0) goto cancel;
     if (rc < 0 && kb_error(e->kb)) goto backend_error;
@@ -967,10 +1006,14 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     if (lossless && !con) g.spec = &spec;
     res->kv_bytes = st.kv_bytes;
     if (cb->on_start && cb->on_start(cb->ud, res->mask, m->n_layers)) goto cancel;
-    rc = prefill_layers(e, &st, n_prompt, probing ? k : 0, m->n_layers, gp, cb);
+    if (probing && reuse && !prefix_cache_holds(e->pcache, pe, &st)) reuse = 0; /* the mask needs more layers */
+    if (probing && reuse && rows_shift(e, &st, reuse, n_prompt - reuse)) goto oom;
+    prefix_cache_restore(e->pcache, pe, e->kb, &st, reuse, probing ? k : 0);
+    res->n_cache_read = reuse;
+    rc = prefill_layers(e, &st, n_prompt - reuse, reuse, probing ? k : 0, m->n_layers, gp, cb);
     if (rc > 0) goto cancel;
     if (rc < 0) goto backend_error;
-    model_logits(m, e->kb, &st, n_prompt - 1, 1, g.logits);
+    model_logits(m, e->kb, &st, n_prompt - reuse - 1, 1, g.logits);
     if (kb_error(e->kb)) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
@@ -1017,6 +1060,11 @@ error:
 done:
     e->kb->fail_at = 0; /* testing faults that did not fire end with their request */
     e->kb->fail_scratch = 0;
+    if (have_state && g.pos > 0 && res->reason != ENGINE_STOP_ERROR) {
+        int stored = prefix_cache_store(e->pcache, gp->cache_owner, g.hist, g.pos < g.n_hist ? g.pos : g.n_hist, e->kb,
+                                        &st, gp->cache_ttl_s);
+        res->n_cache_created = stored > res->n_cache_read ? stored - res->n_cache_read : 0;
+    }
     res->total_ms = now_ms() - t0;
     if (have_sampler) sampler_free(&sm);
     if (have_state) model_state_free(&st, e->kb);

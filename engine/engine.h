@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "engine/chat.h"
+#include "engine/prefix_cache.h"
 #include "probe/hint.h"
 #include "probe/mask.h"
 
@@ -35,6 +36,7 @@ typedef struct {
     engine_device device;
     const char *chat_template; /* family name overriding the model's, or NULL */
     int kv_f16;                /* 1: KV cache in F16, 0: F32 */
+    size_t prompt_cache_bytes; /* bytes of host memory the prefix cache may hold (0: no cache) */
     int layer_skip;            /* 1: use a probe when one matches the model; 0: never skip on our own */
     const char *probe_path;    /* a probe file to use, or NULL to search probe_dir */
     const char *probe_dir;     /* folder of probe files (*.json) matched by the model's SHA-256, or NULL */
@@ -135,6 +137,11 @@ typedef struct {
     /* A JSON Schema (text) the answer must be a JSON value of (the Messages
      * API's output_config.format), or NULL. */
     const char *format_schema;
+    /* The prefix cache (engine/prefix_cache.h): whose entries the request
+     * may reuse and stores under (a hash of the API key; 0 when keys are
+     * off), and the keep hint of what it stores (seconds, 0: none). */
+    uint64_t cache_owner;
+    int cache_ttl_s;
 } engine_gen_params;
 
 typedef struct {
@@ -177,6 +184,8 @@ typedef struct {
     int n_drafted, n_accepted;  /* lossless: drafted tokens, and those the full model kept */
     int n_verifications;        /* lossless: batched verification passes */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
+    int n_cache_read;           /* prompt tokens whose KV came from the prefix cache, within n_prompt */
+    int n_cache_created;        /* tokens newly stored in the prefix cache (prompt and answer) */
     char error[256];
 } engine_result;
 
@@ -256,6 +265,9 @@ const char *engine_model_sha256(engine *e);
 int engine_debug_protect_layer(engine *e, int layer, int protect);
 /* Testing: kernels launched so far on the backend. */
 uint64_t engine_debug_launches(engine *e);
+
+/* The prefix cache's counters (zeros without a cache). Any thread. */
+void engine_cache_stats(engine *e, prefix_cache_stats *s);
 
 /* "off", "full", "active". */
 const char *engine_layer_status_name(engine_layer_status s);

@@ -620,6 +620,7 @@ kb_backend *kb_cpu_create(int n_threads) {
     c->pool = tp_create(n_threads);
     if (!c->scratch || !c->pool) goto fail;
     kb->name = "cpu";
+    kb->kv_head_major = 1; /* kv_store */
     kb->alloc = cpu_alloc;
     kb->free = cpu_free;
     kb->to_host = cpu_copy;

@@ -1004,12 +1004,13 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
      * constrained request decodes plainly in every mode (in lossless mode
      * its output is the full model's all the same) */
     if (lossless && !con) g.spec = &spec;
-    res->kv_bytes = st.kv_bytes;
-    if (cb->on_start && cb->on_start(cb->ud, res->mask, m->n_layers)) goto cancel;
     if (probing && reuse && !prefix_cache_holds(e->pcache, pe, &st)) reuse = 0; /* the mask needs more layers */
     if (probing && reuse && rows_shift(e, &st, reuse, n_prompt - reuse)) goto oom;
     prefix_cache_restore(e->pcache, pe, e->kb, &st, reuse, probing ? k : 0);
     res->n_cache_read = reuse;
+    res->n_cache_created = e->pcache ? n_prompt - reuse : 0; /* what the end stores, unless the budget is smaller */
+    res->kv_bytes = st.kv_bytes;
+    if (cb->on_start && cb->on_start(cb->ud, res->mask, m->n_layers)) goto cancel;
     rc = prefill_layers(e, &st, n_prompt - reuse, reuse, probing ? k : 0, m->n_layers, gp, cb);
     if (rc > 0) goto cancel;
     if (rc < 0) goto backend_error;
@@ -1060,9 +1061,11 @@ error:
 done:
     e->kb->fail_at = 0; /* testing faults that did not fire end with their request */
     e->kb->fail_scratch = 0;
+    res->n_cache_created = 0;
     if (have_state && g.pos > 0 && res->reason != ENGINE_STOP_ERROR) {
         int stored = prefix_cache_store(e->pcache, gp->cache_owner, g.hist, g.pos < g.n_hist ? g.pos : g.n_hist, e->kb,
                                         &st, gp->cache_ttl_s);
+        if (stored > n_prompt) stored = n_prompt; /* the answer's tokens are no input */
         res->n_cache_created = stored > res->n_cache_read ? stored - res->n_cache_read : 0;
     }
     res->total_ms = now_ms() - t0;

@@ -185,7 +185,8 @@ typedef struct {
     int n_verifications;        /* lossless: batched verification passes */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
     int n_cache_read;           /* prompt tokens whose KV came from the prefix cache, within n_prompt */
-    int n_cache_created;        /* tokens newly stored in the prefix cache (prompt and answer) */
+    int n_cache_created;        /* prompt tokens newly stored in the prefix cache (from on_start on: those
+                                   that will be; final once generate returns) */
     char error[256];
 } engine_result;
 

@@ -475,6 +475,23 @@ static int parse_options(const cJSON *root, msg_request *req, msg_error *e) {
     return 0;
 }
 
+/* The longest TTL of the cache_control breakpoints under NODE (seconds:
+ * 3600 for ttl "1h", else 300), or 0 when there is none. */
+static int cache_ttl(const cJSON *node) {
+    int ttl = 0;
+    for (const cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        int t = 0;
+        if (c->string && !strcmp(c->string, "cache_control") && cJSON_IsObject(c)) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "ttl");
+            t = cJSON_IsString(v) && !strcmp(v->valuestring, "1h") ? 3600 : 300;
+        } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+            t = cache_ttl(c);
+        }
+        if (t > ttl) ttl = t;
+    }
+    return ttl;
+}
+
 int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_request *req, msg_error *e) {
     memset(req, 0, sizeof *req);
     req->temperature = 1.0f;
@@ -511,6 +528,11 @@ int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_r
         if (cJSON_IsArray(sys) || cJSON_IsString(sys)) req->system = content_text(sys, "system", e);
         else bad(e, "system: must be a string or an array of text blocks");
         if (!req->system) goto fail;
+    }
+    const char *cached[] = {"system", "messages", "tools"};
+    for (int i = 0; i < 3; i++) {
+        int t = cache_ttl(cJSON_GetObjectItemCaseSensitive(root, cached[i]));
+        if (t > req->cache_ttl_s) req->cache_ttl_s = t;
     }
     if (parse_messages(root, req, e) || parse_tools(root, req, e) || parse_sampling(root, req, e) ||
         parse_options(root, req, e) || parse_format(root, req, e))

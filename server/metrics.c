@@ -161,7 +161,27 @@ static void render_histogram(out_buf *b, const char *name, const char *help, con
         h->sum, name, unit_suffix, h->total);
 }
 
-char *metrics_render(const char *model_name, const char *device) {
+/* The prefix cache's counters (engine/prefix_cache.h). */
+static void render_cache(out_buf *b, const prefix_cache_stats *c) {
+    out(b, "# HELP ilpd_prefix_cache_hits_total Requests that reused a cached prompt prefix.\n"
+           "# TYPE ilpd_prefix_cache_hits_total counter\nilpd_prefix_cache_hits_total %llu\n", (unsigned long long)c->hits);
+    out(b, "# HELP ilpd_prefix_cache_misses_total Requests that found no cached prefix.\n"
+           "# TYPE ilpd_prefix_cache_misses_total counter\nilpd_prefix_cache_misses_total %llu\n", (unsigned long long)c->misses);
+    out(b, "# HELP ilpd_prefix_cache_reused_tokens_total Prompt tokens read from the prefix cache instead of prefilled.\n"
+           "# TYPE ilpd_prefix_cache_reused_tokens_total counter\nilpd_prefix_cache_reused_tokens_total %llu\n",
+        (unsigned long long)c->tokens_reused);
+    out(b, "# HELP ilpd_prefix_cache_evictions_total Prefix cache entries dropped for room or past their TTL.\n"
+           "# TYPE ilpd_prefix_cache_evictions_total counter\nilpd_prefix_cache_evictions_total %llu\n",
+        (unsigned long long)c->evictions);
+    out(b, "# HELP ilpd_prefix_cache_bytes Bytes held by the prefix cache (of ilpd_prefix_cache_budget_bytes).\n"
+           "# TYPE ilpd_prefix_cache_bytes gauge\nilpd_prefix_cache_bytes %zu\n", c->bytes);
+    out(b, "# HELP ilpd_prefix_cache_budget_bytes The prefix cache's budget (--prompt-cache-mb).\n"
+           "# TYPE ilpd_prefix_cache_budget_bytes gauge\nilpd_prefix_cache_budget_bytes %zu\n", c->budget);
+    out(b, "# HELP ilpd_prefix_cache_entries Prefix cache entries.\n"
+           "# TYPE ilpd_prefix_cache_entries gauge\nilpd_prefix_cache_entries %d\n", c->entries);
+}
+
+char *metrics_render(const char *model_name, const char *device, const prefix_cache_stats *cache) {
     out_buf b = {0};
     out(&b, "%s", "");
     pthread_mutex_lock(&M.lock);
@@ -210,6 +230,7 @@ char *metrics_render(const char *model_name, const char *device) {
             "# TYPE ilpd_skipped_layers_mean gauge\nilpd_skipped_layers_mean %.4f\n", WINDOW,
         M.win_n ? (double)skipped / M.win_n : 0.0);
     pthread_mutex_unlock(&M.lock);
+    render_cache(&b, cache);
     if (b.failed) {
         free(b.s);
         return NULL;

@@ -17,7 +17,8 @@
 typedef struct {
     const char *id;    /* msg_… */
     const char *model; /* echoed as requested */
-    int input_tokens;
+    int input_tokens;  /* prompt tokens not read from the prefix cache */
+    int cache_read, cache_created; /* prompt tokens read from the prefix cache, and newly stored in it */
 } render_message_info;
 
 /* How a generation stopped. */
@@ -25,6 +26,7 @@ typedef struct {
     const char *reason;   /* stop_reason: "end_turn", "max_tokens", … */
     const char *sequence; /* the stop string that matched, or NULL (null on the wire) */
     int output_tokens;
+    const render_message_info *usage; /* message_delta: its usage's input side too, when not NULL */
 } render_stop;
 
 /* An error answer. MESSAGE is borrowed. */

@@ -99,7 +99,9 @@ static void job_append(job *j, char *rendered) {
 
 /* What J's message object says about its request (borrows from J). */
 static render_message_info message_info(const job *j) {
-    return (render_message_info){.id = j->msg_id, .model = j->req.model, .input_tokens = j->n_prompt};
+    return (render_message_info){.id = j->msg_id, .model = j->req.model,
+                                 .input_tokens = j->n_prompt - j->res.n_cache_read,
+                                 .cache_read = j->res.n_cache_read, .cache_created = j->res.n_cache_created};
 }
 
 /* How J's generation stopped (borrows from J). */
@@ -270,7 +272,9 @@ static void log_failure(const job *j, job_outcome outcome) {
 static void finish(job *j) {
     job_outcome outcome = outcome_of(j);
     render_stop stop = stop_of(j);
+    render_message_info usage = message_info(j);
     if (j->req.stream && j->started && outcome == JOB_OUTCOME_DONE) {
+        stop.usage = &usage;
         if (!j->n_blocks) block_begin(j, 0, NULL); /* an empty answer is one empty text block */
         block_end(j);
         job_append(j, render_sse_message_delta(&stop));
@@ -302,7 +306,8 @@ static void run_job(worker *w, job *j) {
     engine_gen_params gp = {.max_tokens = j->req.max_tokens, .temperature = j->req.temperature, .top_p = j->req.top_p,
                             .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
                             .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel,
-                            .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode};
+                            .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode,
+                            .cache_owner = j->cache_owner, .cache_ttl_s = j->req.cache_ttl_s};
     gp.seed = (uint64_t)(now_s() * 1e6);
     engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_tool_start = on_tool_start,
                            .on_tool_input = on_tool_input, .on_tool_end = on_tool_end, .on_progress = on_progress, .ud = &r};

@@ -869,16 +869,15 @@ static int gen_spec_alloc(gen *g, int V) {
 }
 
 /* The prompt's positions that the prefix cache holds for the layers ST
- * computes so far (when probing, layers 0..k-1: the rest is checked once
- * the mask is final), leaving at least the last one to prefill. Returns
- * their number (0: none) and the entry in *PE. */
+ * computes (its KV caches), leaving at least the last one to prefill.
+ * Returns their number (0: none) and the entry in *PE. */
 static int cache_find(engine *e, const model_state *st, const int32_t *prompt, int n_prompt,
                       const engine_gen_params *gp, prefix_entry **pe) {
-    uint8_t need[MASK_MAX_LAYERS];
+    uint8_t layers[MASK_MAX_LAYERS];
     *pe = NULL;
     if (!e->pcache) return 0;
-    for (int l = 0; l < e->model.n_layers; l++) need[l] = st->kv[l].k != NULL;
-    return prefix_cache_lookup(e->pcache, gp->cache_owner, prompt, n_prompt, n_prompt - 1, need, pe);
+    for (int l = 0; l < e->model.n_layers; l++) layers[l] = st->kv[l].k != NULL;
+    return prefix_cache_lookup(e->pcache, gp->cache_owner, prompt, n_prompt, n_prompt - 1, layers, pe);
 }
 
 /* Moves rows FROM..FROM+N-1 of the residual stream to rows 0..N-1.
@@ -987,11 +986,12 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     have_sampler = 1;
     /* A cached prefix: its rows are not embedded, unless the probe must
      * see the whole prompt (it runs layers 0..k-1 over every row, so that
-     * it decides what it decides without the cache). */
-    prefix_entry *pe;
-    int reuse = cache_find(e, &st, prompt, n_prompt, gp, &pe);
+     * it decides what it decides without the cache; the cache is looked up
+     * once the mask, and so the layers with a KV cache, is final). */
+    prefix_entry *pe = NULL;
+    int reuse = probing ? 0 : cache_find(e, &st, prompt, n_prompt, gp, &pe);
     arm_kernel_fault(e, 0);
-    model_embed(m, e->kb, &st, prompt + (probing ? 0 : reuse), n_prompt - (probing ? 0 : reuse));
+    model_embed(m, e->kb, &st, prompt + reuse, n_prompt - reuse);
     rc = decide_mask(e, &st, n_prompt, gp, cb, g.logits, &spec, res);
     if (rc > 0) goto cancel;
     if (rc < 0 && kb_error(e->kb)) goto backend_error;
@@ -1004,7 +1004,7 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
      * constrained request decodes plainly in every mode (in lossless mode
      * its output is the full model's all the same) */
     if (lossless && !con) g.spec = &spec;
-    if (probing && reuse && !prefix_cache_holds(e->pcache, pe, &st)) reuse = 0; /* the mask needs more layers */
+    if (probing) reuse = cache_find(e, &st, prompt, n_prompt, gp, &pe);
     if (probing && reuse && rows_shift(e, &st, reuse, n_prompt - reuse)) goto oom;
     prefix_cache_restore(e->pcache, pe, e->kb, &st, reuse, probing ? k : 0);
     res->n_cache_read = reuse;

@@ -103,7 +103,7 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     return i;
 }
 
-int prefix_cache_lookup(prefix_cache *pc, uint64_t owner, const int32_t *tokens, int n, int max, const uint8_t *need,
+int prefix_cache_lookup(prefix_cache *pc, uint64_t owner, const int32_t *tokens, int n, int max, const uint8_t *layers,
                         prefix_entry **out) {
     *out = NULL;
     if (!pc) return 0;
@@ -111,9 +111,7 @@ int prefix_cache_lookup(prefix_cache *pc, uint64_t owner, const int32_t *tokens,
     int best = 0;
     for (int i = 0; i < pc->n; i++) {
         prefix_entry *e = pc->e[i];
-        int l = 0;
-        while (l < pc->n_layers && (!need[l] || e->mask[l])) l++;
-        if (e->owner != owner || l < pc->n_layers) continue;
+        if (e->owner != owner || memcmp(e->mask, layers, (size_t)pc->n_layers)) continue;
         int c = common_prefix(e->tokens, e->n, tokens, n);
         if (c > max) c = max;
         if (c > best) best = c, *out = e;
@@ -126,16 +124,10 @@ int prefix_cache_lookup(prefix_cache *pc, uint64_t owner, const int32_t *tokens,
     return best;
 }
 
-int prefix_cache_holds(const prefix_cache *pc, const prefix_entry *e, const model_state *st) {
-    for (int l = 0; l < pc->n_layers; l++)
-        if (st->kv[l].k && !e->mask[l]) return 0;
-    return 1;
-}
-
 void prefix_cache_restore(prefix_cache *pc, prefix_entry *e, kb_backend *kb, model_state *st, int n, int l0) {
     if (!pc || !e || n < 1) return;
     for (int l = l0; l < pc->n_layers; l++)
-        if (st->kv[l].k && e->k[l]) kb_kv_rows_put(kb, &st->kv[l], pc->head_dim, n, e->k[l], e->v[l], e->n);
+        if (st->kv[l].k) kb_kv_rows_put(kb, &st->kv[l], pc->head_dim, n, e->k[l], e->v[l], e->n);
     pthread_mutex_lock(&pc->lock);
     pc->st.tokens_reused += (uint64_t)n;
     pthread_mutex_unlock(&pc->lock);

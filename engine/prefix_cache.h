@@ -8,7 +8,7 @@
  * computed (the CPU matmul gives each row the same bits in any batch), so
  * the answer is the same.
  *
- * Entries are keyed by their tokens, the layers they hold and an owner (a
+ * Entries are keyed by their tokens, the layers they were computed with and an owner (a
  * hash of the API key, 0 when keys are off): a lookup only sees its
  * owner's entries. The bytes held never exceed the budget: the least
  * recently used entry goes first (entries stored with a keep hint, the API's
@@ -50,19 +50,17 @@ prefix_cache *prefix_cache_new(size_t budget, int n_layers, int kv_dim, int head
 void prefix_cache_free(prefix_cache *pc);
 
 /* Finds OWNER's entry sharing the longest prefix with TOKENS (n of them)
- * among those holding the KV of every layer in NEED (n_layers bytes, 1 =
- * needed), counting at most MAX positions. Counts a hit or a miss. Returns
- * the number of positions to reuse (0: none; *OUT NULL) and the entry in
- * *OUT (owned by the cache, valid until the next store or free). */
-int prefix_cache_lookup(prefix_cache *pc, uint64_t owner, const int32_t *tokens, int n, int max, const uint8_t *need,
+ * among those computed with exactly the layers LAYERS (n_layers bytes, 1 =
+ * computed: a layer's KV depends on every layer below it, so an entry of
+ * another mask is of no use), counting at most MAX positions. Counts a hit
+ * or a miss. Returns the number of positions to reuse (0: none; *OUT NULL)
+ * and the entry in *OUT (owned by the cache, valid until the next store or
+ * free). */
+int prefix_cache_lookup(prefix_cache *pc, uint64_t owner, const int32_t *tokens, int n, int max, const uint8_t *layers,
                         prefix_entry **out);
 
-/* 1 when entry E holds the KV of every layer that ST has a KV cache for. */
-int prefix_cache_holds(const prefix_cache *pc, const prefix_entry *e, const model_state *st);
-
-/* Copies positions 0..n-1 of entry E into the KV cache of ST for the
- * layers from L0 on that ST holds (E holds them: the lookup's NEED said
- * so), and counts them as reused. */
+/* Copies positions 0..n-1 of entry E into the KV cache of ST (of the
+ * lookup's LAYERS) for the layers from L0 on, and counts them as reused. */
 void prefix_cache_restore(prefix_cache *pc, prefix_entry *e, kb_backend *kb, model_state *st, int n, int l0);
 
 /* Stores the KV of positions 0..n-1 of ST (their tokens TOKENS) for OWNER,

@@ -86,8 +86,8 @@ static void test_turns(engine *c, engine *r, const char *what, engine_skip_mode 
           created);
 }
 
-/* An entry stored under a mask serves requests computing a subset of its
- * layers, not a superset. */
+/* An entry serves only requests computing exactly its layers: a layer's KV
+ * depends on every layer below it. */
 static void test_masks(engine *c, engine *r) {
     const engine_info *in = engine_get_info(c);
     int32_t prompt[120];
@@ -102,13 +102,19 @@ static void test_masks(engine *c, engine *r) {
     run(c, prompt, 60, ENGINE_SKIP_APPROXIMATE, skip2, 3, &o, &res);
     run(c, prompt, 100, ENGINE_SKIP_APPROXIMATE, skip23, 3, &o, &res);
     run(r, prompt, 100, ENGINE_SKIP_APPROXIMATE, skip23, 3, &oref, &rref);
+    CHECK(res.n_cache_read == 0 && o.n == oref.n && !memcmp(o.ids, oref.ids, sizeof o.ids[0] * o.n),
+          "an entry skipping layer 2 does not serve a request skipping layers 2 and 3 (read %d)", res.n_cache_read);
+    run(c, prompt, 100, ENGINE_SKIP_APPROXIMATE, skip2, 3, &o, &res);
+    run(r, prompt, 100, ENGINE_SKIP_APPROXIMATE, skip2, 3, &oref, &rref);
     CHECK(res.n_cache_read == 60 && o.n == oref.n && !memcmp(o.ids, oref.ids, sizeof o.ids[0] * o.n),
-          "an entry skipping layer 2 serves a request skipping layers 2 and 3, with the same tokens (read %d)",
-          res.n_cache_read);
+          "it serves a request skipping layer 2, with the same tokens (read %d)", res.n_cache_read);
     run(c, prompt, 110, ENGINE_SKIP_OFF, NULL, 3, &o, &res);
     run(r, prompt, 110, ENGINE_SKIP_OFF, NULL, 3, &oref, &rref);
     CHECK(res.n_cache_read == 0 && o.n == oref.n && !memcmp(o.ids, oref.ids, sizeof o.ids[0] * o.n),
           "neither serves a full-depth request (read %d)", res.n_cache_read);
+    run(c, prompt, 100, ENGINE_SKIP_APPROXIMATE, skip2, 3, &o, &res);
+    CHECK(res.n_cache_read == 99, "nor does the full-depth entry serve a masked request: its own entry does (read %d)",
+          res.n_cache_read);
 }
 
 /* Owners never see each other's entries. */

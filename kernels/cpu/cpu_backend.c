@@ -163,17 +163,12 @@ oom:
     return -1;
 }
 
-/* The kernel of repacked groups of type T in K, or NULL (no repacking then). */
-static mm_rp_fn rp_kernel(const cpu_kern *k, ggml_type t) {
-    return t == GGML_TYPE_Q8_0 ? k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? k->mm_q4_0 : t == GGML_TYPE_Q4_K ? k->mm_q4_k : NULL;
-}
-
 static int is_repacked(const kb_weight *w) { return w->dev && w->dev == w->host && repack_supported(w->type); }
 
 static int cpu_weight_upload(kb_backend *kb, kb_weight *w) {
     if (is_repacked(w)) return 0; /* already done (a copy of an uploaded weight) */
     w->dev = NULL;
-    if (!repack_supported(w->type) || !rp_kernel(impl_of(kb)->k, w->type) || w->rows < RP_ROWS ||
+    if (!repack_supported(w->type) || !cpu_rp_kernel(impl_of(kb)->k, w->type) || w->rows < RP_ROWS ||
         getenv("ILPD_CPU_NO_REPACK"))
         return 0;
     if (repack_weight(w->type, (void *)w->host, w->rows, w->cols)) return -1;
@@ -363,7 +358,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
         if (w->cols % CPU_QK == 0) { /* always so for the quantized types */
             j.rowk = cpu_row_kernel(c->k, w->type);
             if (is_repacked(w)) {
-                j.qmm = rp_kernel(c->k, w->type);
+                j.qmm = cpu_rp_kernel(c->k, w->type);
                 j.ng = w->rows / RP_ROWS;
                 j.group_bytes = RP_ROWS * j.row_bytes;
             }

@@ -155,11 +155,12 @@ static AI T256 __m256i dot4(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-/* Q4_0 / Q8_0, rows 8h..8h+7 of a group, TT tokens. */
-static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb;
-    const size_t bb = Q4 ? 16 * 18 : 16 * 34;
+/* Q4_0 / IQ4_NL / Q8_0 (type T), rows 8h..8h+7 of a group, TT tokens. */
+static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, Q4 = T == GGML_TYPE_Q4_0;
+    const size_t bb = T == GGML_TYPE_Q8_0 ? 16 * 34 : 16 * 18;
     const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
     const int8_t *aq[4];
     const float *ad[4];
     const int32_t *am[4];
@@ -192,6 +193,19 @@ static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_
                         acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(p, ones));
                 }
             }
+        } else if (T == GGML_TYPE_IQ4_NL) { /* table values, signed: the sign trick, one madd per half */
+            for (int k = 0; k < 4; k++) {
+                __m256i L = _mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h));
+                __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(L, m4));
+                __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(L, 4), m4));
+                __m256i ulo = _mm256_abs_epi8(lo), uhi = _mm256_abs_epi8(hi);
+                for (int j = 0; j < TT; j++) {
+                    __m256i alo = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), lo);
+                    __m256i ahi = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k)), hi);
+                    acc[j] = _mm256_add_epi32(acc[j], dot4(ulo, alo));
+                    acc2[j] = _mm256_add_epi32(acc2[j], dot4(uhi, ahi));
+                }
+            }
         } else {
             for (int k = 0; k < 8; k++) {
                 __m256i s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h)), x80);
@@ -213,26 +227,25 @@ static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_
     for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
 }
 
-static T256 void mm_q4_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+static AI T256 void mm_q32(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out,
+                           int ldo) {
     for (int g = 0; g < ng; g++)
         for (int h = 0; h < 2; h++) {
             const uint8_t *gp = w + (size_t)g * gbytes;
             float *og = out + (size_t)g * RP_ROWS;
             int t = 0;
-            for (; t + 4 <= n; t += 4) q32_tile(1, 4, gp, h, a, t, og, ldo);
-            for (; t < n; t++) q32_tile(1, 1, gp, h, a, t, og, ldo);
+            for (; t + 4 <= n; t += 4) q32_tile(T, 4, gp, h, a, t, og, ldo);
+            for (; t < n; t++) q32_tile(T, 1, gp, h, a, t, og, ldo);
         }
 }
-
+static T256 void mm_q4_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q32(GGML_TYPE_Q4_0, w, gbytes, ng, a, n, out, ldo);
+}
+static T256 void mm_iq4_nl(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q32(GGML_TYPE_IQ4_NL, w, gbytes, ng, a, n, out, ldo);
+}
 static T256 void mm_q8_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    for (int g = 0; g < ng; g++)
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *gp = w + (size_t)g * gbytes;
-            float *og = out + (size_t)g * RP_ROWS;
-            int t = 0;
-            for (; t + 4 <= n; t += 4) q32_tile(0, 4, gp, h, a, t, og, ldo);
-            for (; t < n; t++) q32_tile(0, 1, gp, h, a, t, og, ldo);
-        }
+    mm_q32(GGML_TYPE_Q8_0, w, gbytes, ng, a, n, out, ldo);
 }
 
 static T256 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
@@ -412,6 +425,7 @@ static const cpu_kern kern = {
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .mm_iq4_nl = mm_iq4_nl,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_row_q6_k},
     .quant_act = quant_act,
     .attn = attn,

@@ -297,11 +297,15 @@ static AI int32_t ld32(const int8_t *p) {
     return v;
 }
 
-/* Q4_0 (Q4=1) or Q8_0 (Q4=0): 16 rows x TT tokens starting at token T0. */
-static AI T512 void q32_tile(int Q4, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb;
+/* Q4_0, IQ4_NL or Q8_0 (type T): 16 rows x TT tokens starting at token T0.
+ * IQ4_NL's nibbles index its table shifted by 128 (unsigned for vpdpbusd),
+ * which m128 takes back out, as for Q8_0's sign-flipped bytes. */
+static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0, NL = T == GGML_TYPE_IQ4_NL;
     const size_t bb = Q4 ? 16 * 18 : 16 * 34;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i tbl = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4_values)),
+                                         _mm512_set1_epi8((char)0x80));
     const int8_t *aq[8];
     const float *ad[8];
     const int32_t *am[8];
@@ -309,7 +313,7 @@ static AI T512 void q32_tile(int Q4, int TT, const uint8_t *g, const act_q8 *a, 
     for (int j = 0; j < TT; j++) {
         aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
         ad[j] = a->d + (size_t)(t0 + j) * nb;
-        am[j] = (Q4 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
+        am[j] = (T == GGML_TYPE_Q4_0 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
         accf[j] = _mm512_setzero_ps();
     }
     for (int b = 0; b < nb; b++) {
@@ -326,6 +330,10 @@ static AI T512 void q32_tile(int Q4, int TT, const uint8_t *g, const act_q8 *a, 
             for (int k = 0; k < 4; k++) {
                 __m512i L = _mm512_loadu_si512((const void *)(o + 32 + 64 * k));
                 __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                if (NL) {
+                    lo = _mm512_shuffle_epi8(tbl, lo);
+                    hi = _mm512_shuffle_epi8(tbl, hi);
+                }
                 for (int j = 0; j < TT; j++) {
                     acc[j] = _mm512_dpbusd_epi32(acc[j], lo, _mm512_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)));
                     if (SPLIT)
@@ -430,10 +438,12 @@ static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
         }                                                                                                 \
     }
 
-#define Q40_CALL(T) if ((T) <= 8) q32_tile(1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q80_CALL(T) if ((T) <= 8) q32_tile(0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q40_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define NL_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_IQ4_NL, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q80_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q8_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q4K_CALL(T) if ((T) <= 4) q4k_tile((T) > 4 ? 4 : (T), gp, a, t, og, ldo)
 RP_DRIVER(mm_q4_0, Q40_CALL, 8)
+RP_DRIVER(mm_iq4_nl, NL_CALL, 8)
 RP_DRIVER(mm_q8_0, Q80_CALL, 8)
 RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
 
@@ -755,6 +765,7 @@ static const cpu_kern kern = {
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .mm_iq4_nl = mm_iq4_nl,
     .mm_q4_k = mm_q4_k,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k}, /* its own Q6_K: 64-byte vpdpbusd, faster in prefill */
     .quant_act = quant_act,

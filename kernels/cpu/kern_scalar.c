@@ -42,45 +42,56 @@ static void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx,
     mm_float(GGML_TYPE_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 
-/* Q4_0 and Q8_0 share the structure: d[16] then nk chunks of 16 rows x 4 bytes. */
-static void mm_q_32(int q4, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    int nb = a->nb;
+/* Q4_0, IQ4_NL and Q8_0 share the structure: d[16] then nk chunks of 16 rows x 4 bytes. */
+static void mm_q_32(ggml_type t, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    int nb = a->nb, q4 = t != GGML_TYPE_Q8_0;
     size_t bb = q4 ? 16 * 18 : 16 * 34;
     for (int g = 0; g < ng; g++)
-        for (int t = 0; t < n; t++) {
-            const int8_t *aq = a->qs + (size_t)t * a->cols;
+        for (int tok = 0; tok < n; tok++) {
+            const int8_t *aq = a->qs + (size_t)tok * a->cols;
             for (int r = 0; r < RP_ROWS; r++) {
                 float acc = 0;
                 for (int b = 0; b < nb; b++) {
                     const uint8_t *o = w + (size_t)g * gbytes + (size_t)b * bb;
                     const int8_t *ab = aq + 32 * b;
                     int32_t isum;
-                    if (q4) {
-                        isum = a->m8[(size_t)t * nb + b];
+                    if (t == GGML_TYPE_IQ4_NL) {
+                        isum = 0;
+                        for (int k = 0; k < 4; k++)
+                            for (int i = 0; i < 4; i++) {
+                                uint8_t q = o[32 + k * 64 + r * 4 + i];
+                                isum += quant_iq4_values[q & 15] * ab[4 * k + i] +
+                                        quant_iq4_values[q >> 4] * ab[16 + 4 * k + i];
+                            }
+                    } else if (q4) {
+                        isum = a->m8[(size_t)tok * nb + b];
                         for (int k = 0; k < 4; k++)
                             for (int i = 0; i < 4; i++) {
                                 uint8_t q = o[32 + k * 64 + r * 4 + i];
                                 isum += (q & 15) * ab[4 * k + i] + (q >> 4) * ab[16 + 4 * k + i];
                             }
                     } else {
-                        isum = a->m128[(size_t)t * nb + b];
+                        isum = a->m128[(size_t)tok * nb + b];
                         for (int k = 0; k < 8; k++)
                             for (int i = 0; i < 4; i++) isum += o[32 + k * 64 + r * 4 + i] * ab[4 * k + i];
                     }
                     uint16_t dh;
                     memcpy(&dh, o + 2 * r, 2);
-                    acc += (float)isum * (quant_f16_to_f32(dh) * a->d[(size_t)t * nb + b]);
+                    acc += (float)isum * (quant_f16_to_f32(dh) * a->d[(size_t)tok * nb + b]);
                 }
-                out[(size_t)t * ldo + g * RP_ROWS + r] = acc;
+                out[(size_t)tok * ldo + g * RP_ROWS + r] = acc;
             }
         }
 }
 
 static void mm_q4_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q_32(1, w, gb, ng, a, n, out, ldo);
+    mm_q_32(GGML_TYPE_Q4_0, w, gb, ng, a, n, out, ldo);
+}
+static void mm_iq4_nl(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_IQ4_NL, w, gb, ng, a, n, out, ldo);
 }
 static void mm_q8_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q_32(0, w, gb, ng, a, n, out, ldo);
+    mm_q_32(GGML_TYPE_Q8_0, w, gb, ng, a, n, out, ldo);
 }
 
 static void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
@@ -229,6 +240,7 @@ const cpu_kern cpu_kern_scalar = {
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .mm_iq4_nl = mm_iq4_nl,
     .mm_q4_k = mm_q4_k,
     .mm_row = {[GGML_TYPE_Q6_K] = mm_q6_k},
     .quant_act = quant_act,
@@ -255,6 +267,16 @@ void cpu_act_sums16(const int8_t *qs, const float *d, int cols, float *ds16) {
 
 mm_row_fn cpu_row_kernel(const cpu_kern *k, ggml_type t) {
     return (unsigned)t < CPU_ROW_TYPES ? k->mm_row[t] : NULL;
+}
+
+mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_Q8_0: return k->mm_q8_0;
+    case GGML_TYPE_Q4_0: return k->mm_q4_0;
+    case GGML_TYPE_Q4_K: return k->mm_q4_k;
+    case GGML_TYPE_IQ4_NL: return k->mm_iq4_nl;
+    default: return NULL;
+    }
 }
 
 const cpu_kern *cpu_kern_best(void) {

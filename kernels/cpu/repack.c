@@ -1,12 +1,18 @@
-/* repack.c - the in-place x16 layouts of Q8_0, Q4_0 and Q4_K weights (see
- * cpu_internal.h), and reading one row back out of them. */
+/* repack.c - the in-place x16 layouts of Q8_0, Q4_0, IQ4_NL (the layout of
+ * Q4_0: its nibbles index a table instead of counting from -8) and Q4_K
+ * weights (see cpu_internal.h), and reading one row back out of them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/quant.h"
 
-int repack_supported(ggml_type t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K; }
+int repack_supported(ggml_type t) {
+    return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q4_K;
+}
+
+/* 1 for the types laid out as d[16] then chunks of 16 rows x 4 bytes. */
+static int is_q32(ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q8_0; }
 
 size_t repack_group_bytes(ggml_type t, int cols) { return RP_ROWS * ggml_row_bytes(t, (uint64_t)cols); }
 
@@ -17,10 +23,10 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
         uint8_t *o = dst + (size_t)b * RP_ROWS * bb;
         for (int r = 0; r < RP_ROWS; r++) {
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
-            if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q8_0) {
+            if (is_q32(t)) {
                 memcpy(o + 2 * r, blk, 2);
                 const uint8_t *qs = blk + 2;
-                int nk = t == GGML_TYPE_Q4_0 ? 4 : 8;
+                int nk = t == GGML_TYPE_Q8_0 ? 8 : 4;
                 for (int k = 0; k < nk; k++)
                     for (int i = 0; i < 4; i++)
                         o[32 + k * 64 + r * 4 + i] = t == GGML_TYPE_Q8_0 ? (uint8_t)(qs[4 * k + i] ^ 0x80) : qs[4 * k + i];
@@ -59,9 +65,9 @@ int repack_weight(ggml_type t, void *data, int rows, int cols) {
 
 /* Rebuilds the file-layout block of row lane R of repacked block O. */
 static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
-    if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q8_0) {
+    if (is_q32(t)) {
         memcpy(blk, o + 2 * r, 2);
-        int nk = t == GGML_TYPE_Q4_0 ? 4 : 8;
+        int nk = t == GGML_TYPE_Q8_0 ? 8 : 4;
         for (int k = 0; k < nk; k++)
             for (int i = 0; i < 4; i++) {
                 uint8_t v = o[32 + k * 64 + r * 4 + i];

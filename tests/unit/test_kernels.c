@@ -170,11 +170,11 @@ static void test_quant_act(const isa *I) {
 }
 
 static void test_quant_mm(const isa *I) {
-    ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+    ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K};
     static const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 13};
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         ggml_type t = types[ti];
-        mm_rp_fn fn = t == GGML_TYPE_Q8_0 ? I->k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? I->k->mm_q4_0 : I->k->mm_q4_k;
+        mm_rp_fn fn = cpu_rp_kernel(I->k, t);
         if (!fn) {
             SKIP("%s: %s is not repacked on this path (file-layout rows)", I->name, ggml_type_name(t));
             continue;

@@ -88,7 +88,7 @@ typedef void (*mm_row_fn)(const uint8_t *w, size_t row_bytes, int rows, const ac
 typedef struct {
     const char *name;
     mm_float_fn mm_f32, mm_f16, mm_bf16;
-    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_iq4_nl; /* NULL: that type is not repacked (file-layout rows) */
+    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_iq4_nl, mm_q5_0; /* NULL: that type is not repacked (file-layout rows) */
     /* Rows of a block type in the file layout (not repacked), indexed by
      * the ggml type: see mm_row_fn; NULL: the rows are dequantized instead. */
     mm_row_fn mm_row[CPU_ROW_TYPES];

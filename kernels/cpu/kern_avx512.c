@@ -297,12 +297,15 @@ static AI int32_t ld32(const int8_t *p) {
     return v;
 }
 
-/* Q4_0, IQ4_NL or Q8_0 (type T): 16 rows x TT tokens starting at token T0.
- * IQ4_NL's nibbles index its table shifted by 128 (unsigned for vpdpbusd),
- * which m128 takes back out, as for Q8_0's sign-flipped bytes. */
+/* Q4_0, IQ4_NL, Q5_0 or Q8_0 (type T): 16 rows x TT tokens starting at
+ * token T0. IQ4_NL's nibbles index its table shifted by 128 (unsigned for
+ * vpdpbusd), which m128 takes back out, as for Q8_0's sign-flipped bytes;
+ * Q5_0 adds 16 where its bit masks say (repack.c) and takes 16 * sum back
+ * out (2 * m8). */
 static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0, NL = T == GGML_TYPE_IQ4_NL;
-    const size_t bb = Q4 ? 16 * 18 : 16 * 34;
+    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0, NL = T == GGML_TYPE_IQ4_NL, Q5 = T == GGML_TYPE_Q5_0;
+    const size_t bb = T == GGML_TYPE_Q8_0 ? 16 * 34 : Q5 ? 16 * 22 : 16 * 18;
+    const __m512i c16 = _mm512_set1_epi8(16);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i tbl = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4_values)),
                                          _mm512_set1_epi8((char)0x80));
@@ -313,7 +316,7 @@ static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
     for (int j = 0; j < TT; j++) {
         aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
         ad[j] = a->d + (size_t)(t0 + j) * nb;
-        am[j] = (T == GGML_TYPE_Q4_0 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
+        am[j] = (T == GGML_TYPE_Q4_0 || Q5 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
         accf[j] = _mm512_setzero_ps();
     }
     for (int b = 0; b < nb; b++) {
@@ -323,13 +326,20 @@ static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
         const int SPLIT = TT <= 2;
         __m512i acc[8], acc2[8];
         for (int j = 0; j < TT; j++) {
-            acc[j] = _mm512_set1_epi32(am[j][b]);
+            acc[j] = _mm512_set1_epi32(Q5 ? 2 * am[j][b] : am[j][b]);
             if (SPLIT) acc2[j] = _mm512_setzero_si512();
         }
         if (Q4) {
             for (int k = 0; k < 4; k++) {
-                __m512i L = _mm512_loadu_si512((const void *)(o + 32 + 64 * k));
+                __m512i L = _mm512_loadu_si512((const void *)(o + (Q5 ? 96 : 32) + 64 * k));
                 __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                if (Q5) {
+                    __mmask64 ml, mh;
+                    memcpy(&ml, o + 32 + 16 * k, 8);
+                    memcpy(&mh, o + 40 + 16 * k, 8);
+                    lo = _mm512_mask_add_epi8(lo, ml, lo, c16);
+                    hi = _mm512_mask_add_epi8(hi, mh, hi, c16);
+                }
                 if (NL) {
                     lo = _mm512_shuffle_epi8(tbl, lo);
                     hi = _mm512_shuffle_epi8(tbl, hi);
@@ -440,10 +450,12 @@ static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
 
 #define Q40_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define NL_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_IQ4_NL, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q50_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q80_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q8_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q4K_CALL(T) if ((T) <= 4) q4k_tile((T) > 4 ? 4 : (T), gp, a, t, og, ldo)
 RP_DRIVER(mm_q4_0, Q40_CALL, 8)
 RP_DRIVER(mm_iq4_nl, NL_CALL, 8)
+RP_DRIVER(mm_q5_0, Q50_CALL, 8)
 RP_DRIVER(mm_q8_0, Q80_CALL, 8)
 RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
 
@@ -766,6 +778,7 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_iq4_nl = mm_iq4_nl,
+    .mm_q5_0 = mm_q5_0,
     .mm_q4_k = mm_q4_k,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k}, /* its own Q6_K: 64-byte vpdpbusd, faster in prefill */
     .quant_act = quant_act,

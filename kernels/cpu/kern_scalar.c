@@ -42,10 +42,11 @@ static void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx,
     mm_float(GGML_TYPE_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 
-/* Q4_0, IQ4_NL and Q8_0 share the structure: d[16] then nk chunks of 16 rows x 4 bytes. */
+/* Q4_0, IQ4_NL, Q5_0 and Q8_0 share the structure: d[16] then nk chunks of
+ * 16 rows x 4 bytes (Q5_0: after its fifth-bit masks; see repack.c). */
 static void mm_q_32(ggml_type t, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
     int nb = a->nb, q4 = t != GGML_TYPE_Q8_0;
-    size_t bb = q4 ? 16 * 18 : 16 * 34;
+    size_t bb = 16 * ggml_type_block_bytes(t);
     for (int g = 0; g < ng; g++)
         for (int tok = 0; tok < n; tok++) {
             const int8_t *aq = a->qs + (size_t)tok * a->cols;
@@ -62,6 +63,16 @@ static void mm_q_32(ggml_type t, const uint8_t *w, size_t gbytes, int ng, const 
                                 uint8_t q = o[32 + k * 64 + r * 4 + i];
                                 isum += quant_iq4_values[q & 15] * ab[4 * k + i] +
                                         quant_iq4_values[q >> 4] * ab[16 + 4 * k + i];
+                            }
+                    } else if (t == GGML_TYPE_Q5_0) {
+                        isum = 2 * a->m8[(size_t)tok * nb + b]; /* -16 * sum */
+                        for (int k = 0; k < 4; k++)
+                            for (int i = 0; i < 4; i++) {
+                                int bit = 4 * r + i;
+                                uint8_t q = o[96 + k * 64 + bit];
+                                int lo = (q & 15) | ((o[32 + 16 * k + bit / 8] >> (bit % 8)) & 1) << 4;
+                                int hi = (q >> 4) | ((o[40 + 16 * k + bit / 8] >> (bit % 8)) & 1) << 4;
+                                isum += lo * ab[4 * k + i] + hi * ab[16 + 4 * k + i];
                             }
                     } else if (q4) {
                         isum = a->m8[(size_t)tok * nb + b];
@@ -89,6 +100,9 @@ static void mm_q4_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n,
 }
 static void mm_iq4_nl(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
     mm_q_32(GGML_TYPE_IQ4_NL, w, gb, ng, a, n, out, ldo);
+}
+static void mm_q5_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_Q5_0, w, gb, ng, a, n, out, ldo);
 }
 static void mm_q8_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
     mm_q_32(GGML_TYPE_Q8_0, w, gb, ng, a, n, out, ldo);
@@ -241,6 +255,7 @@ const cpu_kern cpu_kern_scalar = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_iq4_nl = mm_iq4_nl,
+    .mm_q5_0 = mm_q5_0,
     .mm_q4_k = mm_q4_k,
     .mm_row = {[GGML_TYPE_Q6_K] = mm_q6_k},
     .quant_act = quant_act,
@@ -275,6 +290,7 @@ mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t) {
     case GGML_TYPE_Q4_0: return k->mm_q4_0;
     case GGML_TYPE_Q4_K: return k->mm_q4_k;
     case GGML_TYPE_IQ4_NL: return k->mm_iq4_nl;
+    case GGML_TYPE_Q5_0: return k->mm_q5_0;
     default: return NULL;
     }
 }

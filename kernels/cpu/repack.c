@@ -1,6 +1,12 @@
 /* repack.c - the in-place x16 layouts of Q8_0, Q4_0, IQ4_NL (the layout of
- * Q4_0: its nibbles index a table instead of counting from -8) and Q4_K
- * weights (see cpu_internal.h), and reading one row back out of them. */
+ * Q4_0: its nibbles index a table instead of counting from -8), Q5_0 and Q4_K
+ * weights (see cpu_internal.h), and reading one row back out of them.
+ *
+ * Q5_0 (22 bytes a block, 352 a group): d[16], then 8 bit masks of 64 bits
+ * (for chunk k, mask 2k holds the fifth bits of the low nibbles and mask
+ * 2k+1 those of the high nibbles, bit 4r+i for row r, byte i of the chunk),
+ * then Q4_0's 4 chunks of 16 rows x 4 bytes: a chunk's 64 bytes and its two
+ * masks line up byte for bit. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,7 +14,36 @@
 #include "kernels/quant.h"
 
 int repack_supported(ggml_type t) {
-    return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q4_K;
+    return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_Q5_0 ||
+           t == GGML_TYPE_Q4_K;
+}
+
+/* Q5_0 row R's block BLK into group block O (whose masks start zeroed). */
+static void pack_q5_0(const uint8_t *blk, int r, uint8_t *o) {
+    uint32_t qh;
+    memcpy(o + 2 * r, blk, 2);
+    memcpy(&qh, blk + 2, 4);
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++) {
+            int bit = 4 * r + i;
+            o[96 + k * 64 + bit] = blk[6 + 4 * k + i];
+            o[32 + 16 * k + bit / 8] |= (uint8_t)(((qh >> (4 * k + i)) & 1) << (bit % 8));
+            o[40 + 16 * k + bit / 8] |= (uint8_t)(((qh >> (16 + 4 * k + i)) & 1) << (bit % 8));
+        }
+}
+
+/* The file-layout block of row R of Q5_0 group block O. */
+static void unpack_q5_0(const uint8_t *o, int r, uint8_t *blk) {
+    uint32_t qh = 0;
+    memcpy(blk, o + 2 * r, 2);
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++) {
+            int bit = 4 * r + i;
+            blk[6 + 4 * k + i] = o[96 + k * 64 + bit];
+            qh |= (uint32_t)((o[32 + 16 * k + bit / 8] >> (bit % 8)) & 1) << (4 * k + i);
+            qh |= (uint32_t)((o[40 + 16 * k + bit / 8] >> (bit % 8)) & 1) << (16 + 4 * k + i);
+        }
+    memcpy(blk + 2, &qh, 4);
 }
 
 /* 1 for the types laid out as d[16] then chunks of 16 rows x 4 bytes. */
@@ -21,9 +56,12 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
     size_t bb = ggml_type_block_bytes(t);
     for (int b = 0; b < nb; b++) {
         uint8_t *o = dst + (size_t)b * RP_ROWS * bb;
+        if (t == GGML_TYPE_Q5_0) memset(o + 32, 0, 64);
         for (int r = 0; r < RP_ROWS; r++) {
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
-            if (is_q32(t)) {
+            if (t == GGML_TYPE_Q5_0) {
+                pack_q5_0(blk, r, o);
+            } else if (is_q32(t)) {
                 memcpy(o + 2 * r, blk, 2);
                 const uint8_t *qs = blk + 2;
                 int nk = t == GGML_TYPE_Q8_0 ? 8 : 4;
@@ -65,6 +103,10 @@ int repack_weight(ggml_type t, void *data, int rows, int cols) {
 
 /* Rebuilds the file-layout block of row lane R of repacked block O. */
 static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
+    if (t == GGML_TYPE_Q5_0) {
+        unpack_q5_0(o, r, blk);
+        return;
+    }
     if (is_q32(t)) {
         memcpy(blk, o + 2 * r, 2);
         int nk = t == GGML_TYPE_Q8_0 ? 8 : 4;

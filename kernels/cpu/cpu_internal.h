@@ -122,9 +122,10 @@ typedef struct {
 
 /* The kernel tables: scalar always; the others are NULL when the compiler
  * cannot build them. cpu_kern_best() picks the best the CPU supports
- * (ILPD_CPU_ISA=scalar|avx2|avx512 in the environment caps it). */
+ * (ILPD_CPU_ISA=scalar|avx2|avxvnni|avx512 in the environment caps it). */
 extern const cpu_kern cpu_kern_scalar;
 const cpu_kern *cpu_kern_avx2(void);   /* NULL when the CPU lacks AVX2/FMA/F16C */
+const cpu_kern *cpu_kern_avxvnni(void); /* the AVX2 kernels with AVX-VNNI; NULL without it */
 const cpu_kern *cpu_kern_avx512(void); /* NULL when the CPU lacks AVX-512 F/BW/VL/VNNI */
 const cpu_kern *cpu_kern_best(void);
 /* The file-layout row kernel of type T in K, or NULL. */

@@ -764,6 +764,7 @@ static T512 void attn(const float *q, int G, const void *k, const void *v, int f
     }
 }
 
+#define KERN_DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s)) /* AVX512-VNNI + VL */
 #define KERN_TARGET T512
 #define KERN_ROWS_R 2
 #include "kernels/cpu/kern_rows.h"

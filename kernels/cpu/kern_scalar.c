@@ -301,7 +301,8 @@ const cpu_kern *cpu_kern_best(void) {
     const char *cap = getenv("ILPD_CPU_ISA");
     const cpu_kern *k = NULL;
     if (!cap || strcmp(cap, "scalar")) {
-        if (!cap || strcmp(cap, "avx2")) k = cpu_kern_avx512();
+        if (!cap || (strcmp(cap, "avx2") && strcmp(cap, "avxvnni"))) k = cpu_kern_avx512();
+        if (!k && (!cap || strcmp(cap, "avx2"))) k = cpu_kern_avxvnni();
         if (!k) k = cpu_kern_avx2();
     }
     best = k ? k : &cpu_kern_scalar;

@@ -51,6 +51,18 @@ extern "C" {
 #define CPU_SERIAL_MACS (1 << 22)
 #define RP_ROWS 16    /* rows per repacked group */
 
+/* The x16 group block of the 32-value types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * IQ4_NL; repack.c), 16 file blocks in the same bytes: d[16] (F16) at 0;
+ * Q4_1/Q5_1's m[16] at 32; Q5_0/Q5_1's fifth bits as 8 masks of 64 bits
+ * (mask 2k: the low nibbles of chunk k, 2k+1: its high nibbles; bit 4r+i is
+ * row r's byte i of the chunk); then 4 chunks (Q8_0: 8) of 16 rows x 4
+ * bytes: row r's file bytes 4k..4k+3 at 64k + 4r (Q8_0 with its sign bit
+ * flipped, so that the bytes read as unsigned value + 128). */
+static inline int rp32_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
+static inline int rp32_has_bits(ggml_type t) { return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1; }
+static inline int rp32_mask_off(ggml_type t) { return rp32_has_min(t) ? 64 : 32; }
+static inline int rp32_chunk_off(ggml_type t) { return rp32_mask_off(t) + (rp32_has_bits(t) ? 64 : 0); }
+
 /* A quantized activation: n tokens of COLS values (cols % 32 == 0).
  * Token t's values are qs[t*cols ...] = round(x / d), |q| <= 127, and for
  * each block b of 32: d[t*nb+b], m8 = -8 * sum(q), m128 = -128 * sum(q),
@@ -88,7 +100,8 @@ typedef void (*mm_row_fn)(const uint8_t *w, size_t row_bytes, int rows, const ac
 typedef struct {
     const char *name;
     mm_float_fn mm_f32, mm_f16, mm_bf16;
-    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_iq4_nl, mm_q5_0; /* NULL: that type is not repacked (file-layout rows) */
+    /* NULL: that type is not repacked (file-layout rows) */
+    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_iq4_nl, mm_q5_0, mm_q4_1, mm_q5_1;
     /* Rows of a block type in the file layout (not repacked), indexed by
      * the ggml type: see mm_row_fn; NULL: the rows are dequantized instead. */
     mm_row_fn mm_row[CPU_ROW_TYPES];
@@ -135,6 +148,7 @@ mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t);
 
 /* Repacking (repack.c). */
 int repack_supported(ggml_type t);
+int rp32_type(ggml_type t); /* 1 for the types of the rp32 layout */
 /* Repacks the whole groups of ROWS rows of COLS in place; 0 or -1 (out of memory). */
 int repack_weight(ggml_type t, void *data, int rows, int cols);
 /* Dequantizes row R of a repacked weight (rows in whole groups repacked, the rest not). */

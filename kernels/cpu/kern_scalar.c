@@ -42,10 +42,23 @@ static void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx,
     mm_float(GGML_TYPE_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 
-/* Q4_0, IQ4_NL, Q5_0 and Q8_0 share the structure: d[16] then nk chunks of
- * 16 rows x 4 bytes (Q5_0: after its fifth-bit masks; see repack.c). */
+/* The value of byte I of chunk K for row R of rp32 group block O (T with
+ * nibbles: the low one when HI is 0), before the type's offset. */
+static int rp32_value(ggml_type t, const uint8_t *o, int r, int k, int i, int hi) {
+    int bit = 4 * r + i;
+    uint8_t q = o[rp32_chunk_off(t) + k * 64 + bit];
+    int v = hi ? q >> 4 : q & 15;
+    if (t == GGML_TYPE_IQ4_NL) return quant_iq4_values[v];
+    if (rp32_has_bits(t)) v |= ((o[rp32_mask_off(t) + 16 * k + 8 * hi + bit / 8] >> (bit % 8)) & 1) << 4;
+    return v;
+}
+
+/* The rp32 types (cpu_internal.h): per block the integer sum of values x
+ * activation, with the offsets of Q4_0 (-8), Q5_0 (-16) and Q8_0's flipped
+ * sign bit (-128) through the activation's m8 / m128, then the scales, and
+ * Q4_1/Q5_1's min times the activation's block sum. */
 static void mm_q_32(ggml_type t, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    int nb = a->nb, q4 = t != GGML_TYPE_Q8_0;
+    int nb = a->nb;
     size_t bb = 16 * ggml_type_block_bytes(t);
     for (int g = 0; g < ng; g++)
         for (int tok = 0; tok < n; tok++) {
@@ -55,40 +68,25 @@ static void mm_q_32(ggml_type t, const uint8_t *w, size_t gbytes, int ng, const 
                 for (int b = 0; b < nb; b++) {
                     const uint8_t *o = w + (size_t)g * gbytes + (size_t)b * bb;
                     const int8_t *ab = aq + 32 * b;
-                    int32_t isum;
-                    if (t == GGML_TYPE_IQ4_NL) {
-                        isum = 0;
-                        for (int k = 0; k < 4; k++)
-                            for (int i = 0; i < 4; i++) {
-                                uint8_t q = o[32 + k * 64 + r * 4 + i];
-                                isum += quant_iq4_values[q & 15] * ab[4 * k + i] +
-                                        quant_iq4_values[q >> 4] * ab[16 + 4 * k + i];
-                            }
-                    } else if (t == GGML_TYPE_Q5_0) {
-                        isum = 2 * a->m8[(size_t)tok * nb + b]; /* -16 * sum */
-                        for (int k = 0; k < 4; k++)
-                            for (int i = 0; i < 4; i++) {
-                                int bit = 4 * r + i;
-                                uint8_t q = o[96 + k * 64 + bit];
-                                int lo = (q & 15) | ((o[32 + 16 * k + bit / 8] >> (bit % 8)) & 1) << 4;
-                                int hi = (q >> 4) | ((o[40 + 16 * k + bit / 8] >> (bit % 8)) & 1) << 4;
-                                isum += lo * ab[4 * k + i] + hi * ab[16 + 4 * k + i];
-                            }
-                    } else if (q4) {
-                        isum = a->m8[(size_t)tok * nb + b];
-                        for (int k = 0; k < 4; k++)
-                            for (int i = 0; i < 4; i++) {
-                                uint8_t q = o[32 + k * 64 + r * 4 + i];
-                                isum += (q & 15) * ab[4 * k + i] + (q >> 4) * ab[16 + 4 * k + i];
-                            }
-                    } else {
-                        isum = a->m128[(size_t)tok * nb + b];
+                    size_t ab_i = (size_t)tok * nb + b;
+                    int32_t isum = t == GGML_TYPE_Q4_0 ? a->m8[ab_i] : t == GGML_TYPE_Q5_0 ? 2 * a->m8[ab_i] : 0;
+                    if (t == GGML_TYPE_Q8_0) {
+                        isum = a->m128[ab_i];
                         for (int k = 0; k < 8; k++)
-                            for (int i = 0; i < 4; i++) isum += o[32 + k * 64 + r * 4 + i] * ab[4 * k + i];
+                            for (int i = 0; i < 4; i++) isum += o[rp32_chunk_off(t) + k * 64 + r * 4 + i] * ab[4 * k + i];
+                    } else {
+                        for (int k = 0; k < 4; k++)
+                            for (int i = 0; i < 4; i++)
+                                isum += rp32_value(t, o, r, k, i, 0) * ab[4 * k + i] +
+                                        rp32_value(t, o, r, k, i, 1) * ab[16 + 4 * k + i];
                     }
                     uint16_t dh;
                     memcpy(&dh, o + 2 * r, 2);
-                    acc += (float)isum * (quant_f16_to_f32(dh) * a->d[(size_t)tok * nb + b]);
+                    acc += (float)isum * (quant_f16_to_f32(dh) * a->d[ab_i]);
+                    if (rp32_has_min(t)) {
+                        memcpy(&dh, o + 32 + 2 * r, 2);
+                        acc += quant_f16_to_f32(dh) * a->ds[ab_i];
+                    }
                 }
                 out[(size_t)tok * ldo + g * RP_ROWS + r] = acc;
             }
@@ -98,11 +96,17 @@ static void mm_q_32(ggml_type t, const uint8_t *w, size_t gbytes, int ng, const 
 static void mm_q4_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
     mm_q_32(GGML_TYPE_Q4_0, w, gb, ng, a, n, out, ldo);
 }
+static void mm_q4_1(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_Q4_1, w, gb, ng, a, n, out, ldo);
+}
 static void mm_iq4_nl(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
     mm_q_32(GGML_TYPE_IQ4_NL, w, gb, ng, a, n, out, ldo);
 }
 static void mm_q5_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
     mm_q_32(GGML_TYPE_Q5_0, w, gb, ng, a, n, out, ldo);
+}
+static void mm_q5_1(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_Q5_1, w, gb, ng, a, n, out, ldo);
 }
 static void mm_q8_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
     mm_q_32(GGML_TYPE_Q8_0, w, gb, ng, a, n, out, ldo);
@@ -256,6 +260,8 @@ const cpu_kern cpu_kern_scalar = {
     .mm_q4_0 = mm_q4_0,
     .mm_iq4_nl = mm_iq4_nl,
     .mm_q5_0 = mm_q5_0,
+    .mm_q4_1 = mm_q4_1,
+    .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
     .mm_row = {[GGML_TYPE_Q6_K] = mm_q6_k},
     .quant_act = quant_act,
@@ -291,6 +297,8 @@ mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t) {
     case GGML_TYPE_Q4_K: return k->mm_q4_k;
     case GGML_TYPE_IQ4_NL: return k->mm_iq4_nl;
     case GGML_TYPE_Q5_0: return k->mm_q5_0;
+    case GGML_TYPE_Q4_1: return k->mm_q4_1;
+    case GGML_TYPE_Q5_1: return k->mm_q5_1;
     default: return NULL;
     }
 }

@@ -170,9 +170,10 @@ static void test_quant_act(const isa *I) {
 }
 
 static void test_quant_mm(const isa *I) {
-    ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K};
+    ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0,
+                         GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K};
     static const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 13};
-    for (int ti = 0; ti < 5; ti++) {
+    for (int ti = 0; ti < (int)(sizeof types / sizeof *types); ti++) {
         ggml_type t = types[ti];
         mm_rp_fn fn = cpu_rp_kernel(I->k, t);
         if (!fn) {

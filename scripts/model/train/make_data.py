@@ -240,17 +240,14 @@ def rand_date(rng):
     return y, m, d
 
 
+def date_str(k, y, m, d):
+    """Date format K (0-4) of y-m-d."""
+    return [f"{y}-{m:02d}-{d:02d}", f"{MONTHS[m-1]} {d}, {y}", f"{d} {MONTHS[m-1]} {y}",
+            f"{MONTHS[m-1][:3]} {d}, {y}", f"{MONTHS[m-1]} {d} {y}"][k]
+
+
 def fmt_date(rng, y, m, d):
-    k = rng.randint(0, 4)
-    if k == 0:
-        return f"{y}-{m:02d}-{d:02d}"
-    if k == 1:
-        return f"{MONTHS[m-1]} {d}, {y}"
-    if k == 2:
-        return f"{d} {MONTHS[m-1]} {y}"
-    if k == 3:
-        return f"{MONTHS[m-1][:3]} {d}, {y}"
-    return f"{MONTHS[m-1]} {d} {y}"
+    return date_str(rng.randint(0, 4), y, m, d)
 
 
 def when(rng):

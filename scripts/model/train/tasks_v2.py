@@ -19,7 +19,7 @@ TOOL_NOTE are the two places to keep in step with chat.c.
 import json
 
 from make_data import (CLASSIFY_T, CLOSERS, EXTRACT_NODATE, EXTRACT_T, MONTHS, OPENERS, Pools,
-                       art, fill, fmt_money, money, order_number, rand_date)
+                       date_str, fill, fmt_money, money, order_number, rand_date)
 
 
 def held_split(items, split, every=4, phase=1):
@@ -176,8 +176,7 @@ def ordinal(d):
 def fmt_date2(rng, y, m, d):
     k = rng.randrange(9)
     if k < 5:
-        return [f"{y}-{m:02d}-{d:02d}", f"{MONTHS[m-1]} {d}, {y}", f"{d} {MONTHS[m-1]} {y}",
-                f"{MONTHS[m-1][:3]} {d}, {y}", f"{MONTHS[m-1]} {d} {y}"][k]
+        return date_str(k, y, m, d)
     if k == 5:
         return f"{MONTHS[m-1]} {ordinal(d)}, {y}"
     if k == 6:

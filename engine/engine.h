@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "engine/chat.h"
+#include "engine/prefix_cache.h"
 #include "probe/hint.h"
 #include "probe/mask.h"
 
@@ -51,6 +52,9 @@ typedef struct {
      * can, as if verifying and drafting cost nothing (its cost model would
      * often decline), and the engine measures no costs at open. */
     int spec_always;
+    /* The prompt cache (engine/prefix_cache.h): bytes of recent prompts' KV
+     * kept for the requests that start with them (0: off). */
+    size_t prompt_cache_bytes;
 } engine_params;
 
 /* What the layer-skipping machinery did for a request (x-layer-status). */
@@ -135,6 +139,13 @@ typedef struct {
     /* A JSON Schema (text) the answer must be a JSON value of (the Messages
      * API's output_config.format), or NULL. */
     const char *format_schema;
+    /* The prompt cache: the tenant (a hash of the API key; 0 without keys),
+     * how long the prompt is kept at most (0: 300 s), whether the request
+     * marked a prefix with cache_control (kept before unmarked ones), and
+     * 1 to neither read nor keep. */
+    uint64_t cache_key;
+    double cache_ttl_s;
+    int cache_hint, cache_off;
 } engine_gen_params;
 
 typedef struct {
@@ -177,6 +188,9 @@ typedef struct {
     int n_drafted, n_accepted;  /* lossless: drafted tokens, and those the full model kept */
     int n_verifications;        /* lossless: batched verification passes */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
+    int n_cache_read;           /* prompt tokens whose KV came from the prompt cache */
+    int n_cache_created;        /* prompt tokens newly kept in it */
+    pcache_stats cache;         /* the prompt cache after this request */
     char error[256];
 } engine_result;
 

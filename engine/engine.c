@@ -929,9 +929,7 @@ static int cache_load(engine *e, model_state *st, const pcache_entry *hit, uint8
     for (int l = 0; l < st->n_layers; l++) {
         if (!st->kv[l].k || loaded[l]) continue;
         if (!hit->has[l]) return -1;
-        size_t bytes = (size_t)hit->n * hit->row_bytes;
-        e->kb->to_backend(e->kb, st->kv[l].k, hit->k[l], bytes);
-        e->kb->to_backend(e->kb, st->kv[l].v, hit->v[l], bytes);
+        e->kb->kv_load(e->kb, &st->kv[l], hit->n, hit->k[l], hit->v[l]);
         loaded[l] = 1;
     }
     return 0;
@@ -950,8 +948,7 @@ static int cache_store(engine *e, const model_state *st, const int32_t *prompt, 
     if (!en) return -1;
     for (int l = 0; l < m->n_layers; l++) {
         if (!has[l]) continue;
-        e->kb->to_host(e->kb, en->k[l], st->kv[l].k, (size_t)n * row);
-        e->kb->to_host(e->kb, en->v[l], st->kv[l].v, (size_t)n * row);
+        e->kb->kv_save(e->kb, &st->kv[l], n, en->k[l], en->v[l]);
     }
     memcpy(en->extra, sums, sizeof *sums);
     memcpy((char *)en->extra + sizeof *sums, krow, dim_bytes);

@@ -53,7 +53,7 @@ typedef enum { KB_KV_F32, KB_KV_F16 } kb_kv_type;
 typedef struct {
     void *k, *v;        /* backend memory */
     kb_kv_type type;
-    int n_ctx, kv_dim;
+    int n_ctx, kv_dim, head_dim;
 } kb_kv;
 
 typedef struct {
@@ -84,6 +84,12 @@ struct kb_backend {
     void (*free)(kb_backend *kb, void *p);
     void (*to_host)(kb_backend *kb, void *dst, const void *src, size_t bytes);
     void (*to_backend)(kb_backend *kb, void *dst, const void *src, size_t bytes);
+    /* Copies positions 0..n-1 of both sides of cache C to host memory K and
+     * V (kb_kv_bytes(type, n, kv_dim) bytes each, in the backend's own
+     * layout), and back into a cache of the same type and width whatever
+     * its n_ctx (the prompt cache). */
+    void (*kv_save)(kb_backend *kb, const kb_kv *c, int n, void *k, void *v);
+    void (*kv_load)(kb_backend *kb, kb_kv *c, int n, const void *k, const void *v);
     /* Allocates the scratch the operations need for requests of shape S
      * (grown, never shrunk); 0, or -1 when out of memory (kb_error says so). */
     int (*reserve)(kb_backend *kb, const kb_scratch_shape *s);

@@ -19,6 +19,7 @@ void cfg_defaults(cfg *c) {
     c->port = 8080;
     c->queue = 32;
     c->kv_budget_mb = 4096;
+    c->prompt_cache_mb = 512;
     c->layer_skip = 1;
     c->skip_mode = ENGINE_SKIP_LOSSLESS;
     c->json_depth = 64;
@@ -51,6 +52,7 @@ void cfg_usage(void) {
             "                  [--skip-mode lossless|approximate|off]\n"
             "                  [--log-level debug|info|warn|error] [--shutdown-grace S] [--request-timeout S]\n"
             "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S] [--kv-budget-mb 4096]\n"
+            "                  [--prompt-cache-mb 512]\n"
             "Every option has a config-file key of the same name (dashes become underscores): see config/ilpd.conf.\n");
 }
 
@@ -106,6 +108,7 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
     INT_KEY("port", port, 0, 65535)
     INT_KEY("ctx", ctx, 0, 1 << 24)
     INT_KEY("kv_budget_mb", kv_budget_mb, 0, 1 << 30)
+    INT_KEY("prompt_cache_mb", prompt_cache_mb, 0, 1 << 30)
     INT_KEY("threads", threads, 0, 1024)
     INT_KEY("queue", queue, 1, 100000)
     INT_KEY("json_depth", json_depth, 1, 1000)

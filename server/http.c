@@ -38,6 +38,7 @@ typedef struct {
     int status;
     double t0;
     char request_id[40];
+    uint64_t tenant;    /* the prompt cache's key: 1 + the API key's index, 0 without keys */
 } req_ctx;
 
 static http_state *S;
@@ -250,6 +251,7 @@ static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
         return send_error(c, r, 400, "invalid_request_error", msg, -1);
     }
     j->skip_mode = request_mode(c);
+    j->tenant = r->tenant;
     const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
     if (hint) {
         uint8_t wire[MASK_WIRE_BYTES];
@@ -391,6 +393,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     int key = authorized(c);
     if (key < 0) return send_error(c, r, 401, "authentication_error", "invalid x-api-key", -1);
+    r->tenant = S->cfg->n_keys ? (uint64_t)key + 1 : 0;
     if (RL && (r->route == ROUTE_MESSAGES || r->route == ROUTE_COUNT)) {
         int wait = ratelimit_take(RL, key, now_s());
         if (wait) {

@@ -475,6 +475,21 @@ static int parse_options(const cJSON *root, msg_request *req, msg_error *e) {
     return 0;
 }
 
+/* Finds the cache_control breakpoints below J (any depth; J is already
+ * depth-checked): sets REQ's hint and the longest TTL. */
+static void scan_cache_control(const cJSON *j, msg_request *req) {
+    for (const cJSON *c = j ? j->child : NULL; c; c = c->next) {
+        if (c->string && !strcmp(c->string, "cache_control") && cJSON_IsObject(c)) {
+            const cJSON *ttl = cJSON_GetObjectItemCaseSensitive(c, "ttl");
+            double s = cJSON_IsString(ttl) && !strcmp(ttl->valuestring, "1h") ? 3600 : 300;
+            req->cache_hint = 1;
+            if (s > req->cache_ttl_s) req->cache_ttl_s = s;
+        } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+            scan_cache_control(c, req);
+        }
+    }
+}
+
 int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_request *req, msg_error *e) {
     memset(req, 0, sizeof *req);
     req->temperature = 1.0f;
@@ -519,6 +534,7 @@ int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_r
         bad(e, "out of memory");
         goto fail;
     }
+    scan_cache_control(root, req);
     cJSON_Delete(root);
     return 0;
 fail:

@@ -35,6 +35,7 @@ static struct {
     unsigned long long modes[3], drafted, accepted, verifications;
     int waiting, running;
     size_t kv_bytes;
+    pcache_stats cache;
     unsigned char win_active[WINDOW];
     int win_skipped[WINDOW];
     int win_n, win_at;
@@ -122,6 +123,12 @@ void metrics_kv_bytes(size_t bytes) {
     pthread_mutex_unlock(&M.lock);
 }
 
+void metrics_prompt_cache(const pcache_stats *s) {
+    pthread_mutex_lock(&M.lock);
+    M.cache = *s;
+    pthread_mutex_unlock(&M.lock);
+}
+
 typedef struct {
     char *s;
     size_t len, cap;
@@ -198,6 +205,20 @@ char *metrics_render(const char *model_name, const char *device) {
             "# TYPE ilpd_draft_verifications_total counter\nilpd_draft_verifications_total %llu\n", M.verifications);
     out(&b, "# HELP ilpd_kv_cache_bytes KV cache bytes held by the running generation.\n# TYPE ilpd_kv_cache_bytes gauge\n"
             "ilpd_kv_cache_bytes %zu\n", M.kv_bytes);
+    out(&b, "# HELP ilpd_prompt_cache_hits_total Requests that started from a kept prompt.\n"
+            "# TYPE ilpd_prompt_cache_hits_total counter\nilpd_prompt_cache_hits_total %llu\n"
+            "# HELP ilpd_prompt_cache_misses_total Requests that found no kept prompt to start from.\n"
+            "# TYPE ilpd_prompt_cache_misses_total counter\nilpd_prompt_cache_misses_total %llu\n"
+            "# HELP ilpd_prompt_cache_tokens_reused_total Prompt tokens read from the prompt cache.\n"
+            "# TYPE ilpd_prompt_cache_tokens_reused_total counter\nilpd_prompt_cache_tokens_reused_total %llu\n"
+            "# HELP ilpd_prompt_cache_evictions_total Kept prompts evicted for room.\n"
+            "# TYPE ilpd_prompt_cache_evictions_total counter\nilpd_prompt_cache_evictions_total %llu\n"
+            "# HELP ilpd_prompt_cache_bytes Bytes the prompt cache holds.\n"
+            "# TYPE ilpd_prompt_cache_bytes gauge\nilpd_prompt_cache_bytes %zu\n"
+            "# HELP ilpd_prompt_cache_entries Prompts the prompt cache holds.\n"
+            "# TYPE ilpd_prompt_cache_entries gauge\nilpd_prompt_cache_entries %d\n",
+        (unsigned long long)M.cache.hits, (unsigned long long)M.cache.misses, (unsigned long long)M.cache.tokens_reused,
+        (unsigned long long)M.cache.evictions, M.cache.bytes, M.cache.entries);
     int active = 0, skipped = 0;
     for (int i = 0; i < M.win_n; i++) {
         active += M.win_active[i];

@@ -64,14 +64,13 @@ static char *sse(const char *name, cJSON *data) {
     return ev;
 }
 
-/* The usage object: when INPUT >= 0 input_tokens and the prompt cache's
- * counts (0 until there is a prefix cache: every prompt token is input),
+/* The usage object: with M, input_tokens and the prompt cache's counts,
  * then output_tokens. */
-static cJSON *usage(int input, int output) {
+static cJSON *usage(const render_message_info *m, int output) {
     cJSON *u = cJSON_CreateObject();
-    int ok = u && (input < 0 || (put(u, "input_tokens", cJSON_CreateNumber(input)) &&
-                                 put(u, "cache_creation_input_tokens", cJSON_CreateNumber(0)) &&
-                                 put(u, "cache_read_input_tokens", cJSON_CreateNumber(0))));
+    int ok = u && (!m || (put(u, "input_tokens", cJSON_CreateNumber(m->input_tokens)) &&
+                          put(u, "cache_creation_input_tokens", cJSON_CreateNumber(m->cache_creation)) &&
+                          put(u, "cache_read_input_tokens", cJSON_CreateNumber(m->cache_read))));
     return checked(u, ok && put(u, "output_tokens", cJSON_CreateNumber(output)));
 }
 
@@ -188,7 +187,7 @@ static cJSON *message_object(const render_message_info *m, const render_block *b
              put(o, "model", cJSON_CreateString(m->model)) && put(o, "content", content(blocks, n)) &&
              put(o, "stop_reason", string_or_null(stop ? stop->reason : NULL)) &&
              put(o, "stop_sequence", string_or_null(stop ? stop->sequence : NULL)) &&
-             put(o, "usage", usage(m->input_tokens, stop ? stop->output_tokens : 0));
+             put(o, "usage", usage(m, stop ? stop->output_tokens : 0));
     return checked(o, ok);
 }
 
@@ -249,7 +248,7 @@ static cJSON *stop_delta(const render_stop *stop) {
 
 char *render_sse_message_delta(const render_stop *stop) {
     cJSON *o = typed("message_delta");
-    int ok = put(o, "delta", stop_delta(stop)) && put(o, "usage", usage(-1, stop->output_tokens));
+    int ok = put(o, "delta", stop_delta(stop)) && put(o, "usage", usage(NULL, stop->output_tokens));
     return sse("message_delta", checked(o, ok));
 }
 

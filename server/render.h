@@ -17,7 +17,9 @@
 typedef struct {
     const char *id;    /* msg_… */
     const char *model; /* echoed as requested */
-    int input_tokens;
+    int input_tokens;      /* prompt tokens not read from the prompt cache */
+    int cache_read;        /* cache_read_input_tokens */
+    int cache_creation;    /* cache_creation_input_tokens */
 } render_message_info;
 
 /* How a generation stopped. */

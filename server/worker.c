@@ -99,7 +99,8 @@ static void job_append(job *j, char *rendered) {
 
 /* What J's message object says about its request (borrows from J). */
 static render_message_info message_info(const job *j) {
-    return (render_message_info){.id = j->msg_id, .model = j->req.model, .input_tokens = j->n_prompt};
+    return (render_message_info){.id = j->msg_id, .model = j->req.model, .input_tokens = j->n_prompt - j->res.n_cache_read,
+                                 .cache_read = j->res.n_cache_read, .cache_creation = j->res.n_cache_created};
 }
 
 /* How J's generation stopped (borrows from J). */
@@ -302,7 +303,8 @@ static void run_job(worker *w, job *j) {
     engine_gen_params gp = {.max_tokens = j->req.max_tokens, .temperature = j->req.temperature, .top_p = j->req.top_p,
                             .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
                             .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel,
-                            .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode};
+                            .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode,
+                            .cache_key = j->tenant, .cache_ttl_s = j->req.cache_ttl_s, .cache_hint = j->req.cache_hint};
     gp.seed = (uint64_t)(now_s() * 1e6);
     engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_tool_start = on_tool_start,
                            .on_tool_input = on_tool_input, .on_tool_end = on_tool_end, .on_progress = on_progress, .ud = &r};
@@ -312,6 +314,7 @@ static void run_job(worker *w, job *j) {
         engine_generate(w->e, j->prompt, j->n_prompt, &gp, &cb, &j->res);
     }
     metrics_kv_bytes(0);
+    if (j->res.cache.hits || j->res.cache.misses || j->res.cache.entries) metrics_prompt_cache(&j->res.cache);
     if (j->res.reason != ENGINE_STOP_CANCELLED && j->res.reason != ENGINE_STOP_ERROR)
         metrics_generation(j->n_prompt, j->res.n_generated, j->res.ttft_ms / 1e3, (j->res.total_ms - j->res.ttft_ms) / 1e3,
                            engine_layer_status_name(j->res.layer_status), j->res.n_skipped, hint_status_name(j->res.hint_status));

@@ -487,6 +487,29 @@ static void kv_store(const cpu_kern *k, void *dst, const kb_kv *c, const float *
         }
 }
 
+/* The first N positions of each KV head of the cache side SIDE, packed head
+ * after head in HOST (TO_CACHE: from HOST back into the cache). */
+static void kv_copy(const kb_kv *c, void *side, void *host, int n, int to_cache) {
+    size_t esz = c->type == KB_KV_F16 ? 2 : 4, run = (size_t)n * (size_t)c->head_dim * esz;
+    for (int g = 0; g < c->kv_dim / c->head_dim; g++) {
+        uint8_t *cache = (uint8_t *)side + (size_t)g * (size_t)c->n_ctx * (size_t)c->head_dim * esz;
+        uint8_t *h = (uint8_t *)host + (size_t)g * run;
+        memcpy(to_cache ? cache : h, to_cache ? h : cache, run);
+    }
+}
+
+static void cpu_kv_save(kb_backend *kb, const kb_kv *c, int n, void *k, void *v) {
+    (void)kb;
+    kv_copy(c, c->k, k, n, 0);
+    kv_copy(c, c->v, v, n, 0);
+}
+
+static void cpu_kv_load(kb_backend *kb, kb_kv *c, int n, const void *k, const void *v) {
+    (void)kb;
+    kv_copy(c, c->k, (void *)k, n, 1);
+    kv_copy(c, c->v, (void *)v, n, 1);
+}
+
 typedef struct {
     cpu_impl *c;
     float *out;
@@ -619,6 +642,8 @@ kb_backend *kb_cpu_create(int n_threads) {
     kb->free = cpu_free;
     kb->to_host = cpu_copy;
     kb->to_backend = cpu_copy;
+    kb->kv_save = cpu_kv_save;
+    kb->kv_load = cpu_kv_load;
     kb->reserve = cpu_reserve;
     kb->weight_upload = cpu_weight_upload;
     kb->weight_release = cpu_weight_release;

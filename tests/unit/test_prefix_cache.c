@@ -160,9 +160,11 @@ static void chat_answers(engine *e, char ans[3][2048]) {
     }
 }
 
-static void test_engine(void) {
+static void test_engine(int kv_f16) {
     char err[512];
-    engine_params p = {.model_path = MODEL, .n_threads = 2, .device = ENGINE_DEVICE_CPU, .layer_skip = 1, .probe_path = PROBE};
+    engine_params p = {.model_path = MODEL, .n_threads = 2, .device = ENGINE_DEVICE_CPU, .layer_skip = 1, .probe_path = PROBE,
+                       .kv_f16 = kv_f16};
+    const char *kv = kv_f16 ? "F16 KV" : "F32 KV";
     engine *plain = engine_open(&p, err, sizeof err);
     p.prompt_cache_bytes = 64 << 20;
     engine *cached = engine_open(&p, err, sizeof err);
@@ -180,7 +182,8 @@ static void test_engine(void) {
             int n = turn_prompt(plain, t, ans, &pr);
             run_out a, b;
             engine_result ra, rb;
-            engine_gen_params gp = {.max_tokens = 24, .top_p = 1, .skip_mode = modes[mi], .cache_key = 7};
+            /* max_tokens differs by turn: so does each request's KV layout (its context) */
+            engine_gen_params gp = {.max_tokens = 17 + 9 * t, .top_p = 1, .skip_mode = modes[mi], .cache_key = 7};
             run(plain, pr, n, gp, &a, &ra);
             run(cached, pr, n, gp, &b, &rb);
             bad += !same(&a, &ra, &b, &rb, L) || rb.reason == ENGINE_STOP_ERROR;
@@ -192,8 +195,9 @@ static void test_engine(void) {
             prev = n;
             free(pr);
         }
-        CHECK(!bad, "%s: three turns give the uncached engine's tokens, mask and probe confidence", names[mi]);
-        CHECK(reads_ok, "%s: turns 2 and 3 read the previous turn's prompt from the cache, the rest is created", names[mi]);
+        CHECK(!bad, "%s, %s: three turns give the uncached engine's tokens, mask and probe confidence", kv, names[mi]);
+        CHECK(reads_ok, "%s, %s: turns 2 and 3 read the previous turn's prompt from the cache, the rest is created", kv,
+              names[mi]);
     }
     /* another tenant */
     int32_t *pr = NULL;
@@ -233,6 +237,7 @@ out:
 
 int main(void) {
     test_cache();
-    test_engine();
+    test_engine(0);
+    test_engine(1);
     CHECK_DONE();
 }

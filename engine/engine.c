@@ -45,8 +45,17 @@ struct engine {
     grammar_vocab *gvocab;  /* the token pieces for constrained decoding, built at the first use */
     spec_costs spec_cost;   /* lossless mode's cost model, measured at its first request */
     int spec_cost_ready;
-    prefix_cache *pcache;   /* the KV of recent requests, or NULL */
+    pcache *pcache;         /* the prompt cache, or NULL (off) */
 };
+
+/* The probe's running sums over a prompt's first N tokens (kept with a
+ * prompt cache entry, followed by the layer-k row of its last token), so
+ * that a prompt measured in two parts gives the same features, bit for bit. */
+typedef struct {
+    int valid, k, n;
+    double norm[PROBE_MAX_K + 1];
+    double cos_s, cos_s2;
+} probe_sums;
 
 static double now_ms(void) {
     struct timespec ts;
@@ -252,11 +261,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
         e->spec_cost_ready = 1;
     }
     probe_find(e, p);
-    if (p->prompt_cache_bytes) {
-        e->pcache = prefix_cache_new(p->prompt_cache_bytes, e->model.n_layers, e->model.kv_dim, e->model.head_dim,
-                                     e->kv_type);
-        if (!e->pcache) goto oom;
-    }
+    if (p->prompt_cache_bytes && !(e->pcache = pcache_new(p->prompt_cache_bytes))) goto oom;
     return e;
 oom:
     snprintf(err, errlen, "%s: out of memory", p->model_path);
@@ -267,12 +272,12 @@ fail:
 
 void engine_close(engine *e) {
     if (!e) return;
-    prefix_cache_free(e->pcache);
     if (e->kb) {
         model_free(&e->model, e->kb);
         e->kb->destroy(e->kb);
     }
     grammar_vocab_free(e->gvocab);
+    pcache_free(e->pcache);
     tok_vocab_free(e->vocab);
     gguf_close(e->gguf);
     probe_free(&e->probe);
@@ -282,8 +287,6 @@ void engine_close(engine *e) {
 }
 
 const engine_info *engine_get_info(const engine *e) { return &e->info; }
-
-void engine_cache_stats(engine *e, prefix_cache_stats *s) { prefix_cache_stats_get(e->pcache, s); }
 
 int engine_debug_protect_layer(engine *e, int layer, int protect) {
     return model_layer_protect(&e->model, layer, protect);
@@ -480,7 +483,7 @@ void engine_measure_costs(engine *e) {
 
 static int cancelled(const engine_gen_params *gp) { return gp->cancel && atomic_load(gp->cancel); }
 
-/* Runs layers [l0, l1) over the N prompt rows (positions POS0..), one layer at a time,
+/* Runs layers [l0, l1) over the N prompt rows, one layer at a time,
  * reporting progress and checking the cancel flag and the backend's error
  * state between layers. Returns 0, 1 when cancelled, or -1 when the
  * backend failed (kb_error says why). */
@@ -496,44 +499,42 @@ static int prefill_layers(engine *e, model_state *st, int n, int pos0, int l0, i
     return 0;
 }
 
-/* After the prompt's rows went through layers 0..k-1 (the residual stream
- * holds layer k's input), fills the probe's statistics. NORMS holds the
- * mean norms measured so far. Uses LOGITS as scratch. Returns 0 or -1. */
-static int probe_measure(engine *e, model_state *st, int n, probe_stats *ps, float *logits) {
+/* Runs layers 0..k-1 over the N embedded rows (positions pos0..), adding
+ * to SUMS the norms before each layer and after the last, and the cosines
+ * of consecutive rows there (the first row paired with KROW, the layer-k
+ * row of position pos0 - 1, when pos0 > 0); then fills PS for the whole
+ * prompt (pos0 + n tokens) and leaves in KROW the last row's. Uses LOGITS
+ * as scratch. Returns 0, 1 when cancelled, or -1 (out of memory, or the
+ * backend failed). */
+static int probe_prefill(engine *e, model_state *st, int n, int pos0, int k, probe_sums *sums, float *krow,
+                         probe_stats *ps, float *logits, const engine_gen_params *gp, const engine_callbacks *cb) {
     const model *m = &e->model;
     float *host = malloc((size_t)n * m->dim * sizeof *host);
     if (!host) return -1;
-    e->kb->to_host(e->kb, host, st->x, (size_t)n * m->dim * sizeof *host);
-    ps->norm[ps->k] = probe_mean_norm(host, n, m->dim);
-    probe_cos_stats(host, n, m->dim, &ps->cos_mean, &ps->cos_std);
-    free(host);
-    model_logits(m, e->kb, st, n - 1, 1, logits);
-    probe_sharpness(logits, m->n_vocab, &ps->maxprob, &ps->entropy);
-    ps->n_tokens = n;
-    return 0;
-}
-
-/* Runs layers 0..k-1 over the embedded prompt rows, measuring the mean
- * norm before each of them; then the rest of probe_measure. Returns 0, 1
- * when cancelled, or -1 (out of memory, or the backend failed). */
-static int probe_prefill(engine *e, model_state *st, int n, int k, probe_stats *ps, float *logits,
-                         const engine_gen_params *gp, const engine_callbacks *cb) {
-    const model *m = &e->model;
-    float *host = malloc((size_t)n * m->dim * sizeof *host);
-    if (!host) return -1;
-    memset(ps, 0, sizeof *ps);
-    ps->k = k;
-    for (int l = 0; l < k; l++) {
+    for (int l = 0; l <= k; l++) {
         e->kb->to_host(e->kb, host, st->x, (size_t)n * m->dim * sizeof *host);
-        ps->norm[l] = probe_mean_norm(host, n, m->dim);
-        int rc = prefill_layers(e, st, n, 0, l, l + 1, gp, cb);
+        probe_norm_acc(host, n, m->dim, &sums->norm[l]);
+        if (l == k) break;
+        int rc = prefill_layers(e, st, n, pos0, l, l + 1, gp, cb);
         if (rc) {
             free(host);
             return rc;
         }
     }
+    probe_cos_acc(pos0 ? krow : NULL, host, n, m->dim, &sums->cos_s, &sums->cos_s2);
+    memcpy(krow, host + (size_t)(n - 1) * m->dim, (size_t)m->dim * sizeof *krow);
     free(host);
-    return probe_measure(e, st, n, ps, logits) || kb_error(e->kb) ? -1 : 0;
+    sums->valid = 1;
+    sums->k = k;
+    sums->n = pos0 + n;
+    memset(ps, 0, sizeof *ps);
+    ps->k = k;
+    ps->n_tokens = sums->n;
+    for (int l = 0; l <= k; l++) ps->norm[l] = sums->norm[l] / sums->n;
+    probe_cos_finish(sums->cos_s, sums->cos_s2, sums->n, &ps->cos_mean, &ps->cos_std);
+    model_logits(m, e->kb, st, n - 1, 1, logits);
+    probe_sharpness(logits, m->n_vocab, &ps->maxprob, &ps->entropy);
+    return kb_error(e->kb) ? -1 : 0;
 }
 
 int engine_probe_features(engine *e, const int32_t *tokens, int n, float *features) {
@@ -546,16 +547,17 @@ int engine_probe_features(engine *e, const int32_t *tokens, int n, float *featur
     if (n < 1 || n > e->info.n_ctx) return -1;
     kb_error_clear(e->kb);
     for (int l = 0; l < k; l++) mask[l] = 1;
-    float *logits = malloc((size_t)m->n_vocab * sizeof *logits);
-    if (!logits) return -1;
-    int rc = model_state_init(&st, m, e->kb, n, n, mask, e->kv_type, err, sizeof err);
+    probe_sums sums = {0};
+    float *logits = malloc((size_t)m->n_vocab * sizeof *logits), *krow = malloc((size_t)m->dim * sizeof *krow);
+    int rc = logits && krow ? model_state_init(&st, m, e->kb, n, n, mask, e->kv_type, err, sizeof err) : -1;
     if (rc == 0) {
         model_embed(m, e->kb, &st, tokens, n);
-        rc = probe_prefill(e, &st, n, k, &ps, logits, &(engine_gen_params){0}, NULL) ? -1 : 0;
+        rc = probe_prefill(e, &st, n, 0, k, &sums, krow, &ps, logits, &(engine_gen_params){0}, NULL) ? -1 : 0;
         if (rc == 0) probe_features_make(&ps, features);
         model_state_free(&st, e->kb);
     }
     free(logits);
+    free(krow);
     return rc;
 }
 
@@ -601,12 +603,14 @@ static int draft_mask(const probe *p, const probe_decision *d, uint8_t *mask, in
 }
 
 /* Decides the request's mask before its prompt runs past layer k: a forced
- * mask as given; otherwise the probe's (after layers 0..k-1 ran, when a
- * probe is loaded) or full depth, reconciled with the client's hint. In
- * lossless mode that mask is the draft's (SP is set up with it) and every
- * layer gets a KV cache; in off mode it is full depth. */
-static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_gen_params *gp,
-                       const engine_callbacks *cb, float *logits, spec_state *sp, engine_result *res) {
+ * mask as given; otherwise the probe's (after layers 0..k-1 ran over the N
+ * rows from position POS0, SUMS and KROW carrying the earlier positions'
+ * part, when a probe is loaded) or full depth, reconciled with the client's
+ * hint. In lossless mode that mask is the draft's (SP is set up with it)
+ * and every layer gets a KV cache; in off mode it is full depth. */
+static int decide_mask(engine *e, model_state *st, int n, int pos0, probe_sums *sums, float *krow,
+                       const engine_gen_params *gp, const engine_callbacks *cb, float *logits, spec_state *sp,
+                       engine_result *res) {
     const model *m = &e->model;
     int L = m->n_layers, k = e->info.probe_k, lossless = gp->skip_mode == ENGINE_SKIP_LOSSLESS;
     int order[MASK_MAX_LAYERS], n_order = 0, n_skip = 0;
@@ -623,7 +627,7 @@ static int decide_mask(engine *e, model_state *st, int n_prompt, const engine_ge
             probe_stats ps;
             float features[PROBE_N_FEATURES];
             probe_decision d;
-            int rc = probe_prefill(e, st, n_prompt, k, &ps, logits, gp, cb);
+            int rc = probe_prefill(e, st, n, pos0, k, sums, krow, &ps, logits, gp, cb);
             if (rc) return rc;
             probe_features_make(&ps, features);
             probe_decide(&e->probe, features, server, &d);
@@ -868,30 +872,6 @@ static int gen_spec_alloc(gen *g, int V) {
     return g->q && g->p && g->resid ? 0 : -1;
 }
 
-/* The prompt's positions that the prefix cache holds for the layers ST
- * computes (its KV caches), leaving at least the last one to prefill.
- * Returns their number (0: none) and the entry in *PE. */
-static int cache_find(engine *e, const model_state *st, const int32_t *prompt, int n_prompt,
-                      const engine_gen_params *gp, prefix_entry **pe) {
-    uint8_t layers[MASK_MAX_LAYERS];
-    *pe = NULL;
-    if (!e->pcache) return 0;
-    for (int l = 0; l < e->model.n_layers; l++) layers[l] = st->kv[l].k != NULL;
-    return prefix_cache_lookup(e->pcache, gp->cache_owner, prompt, n_prompt, n_prompt - 1, layers, pe);
-}
-
-/* Moves rows FROM..FROM+N-1 of the residual stream to rows 0..N-1.
- * Returns 0 or -1 (out of memory). */
-static int rows_shift(engine *e, model_state *st, int from, int n) {
-    size_t row = (size_t)e->model.dim * sizeof(float);
-    float *host = malloc((size_t)n * row);
-    if (!host) return -1;
-    e->kb->to_host(e->kb, host, st->x + (size_t)from * e->model.dim, (size_t)n * row);
-    e->kb->to_backend(e->kb, st->x, host, (size_t)n * row);
-    free(host);
-    return 0;
-}
-
 /* Checks the request; 0, or -1 with res->error set (a retry fails the same way). */
 static int check_request(const engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
                          engine_result *res) {
@@ -916,6 +896,68 @@ static int check_request(const engine *e, const int32_t *prompt, int n_prompt, c
     return 0;
 }
 
+/* ---- the prompt cache (engine/prefix_cache.h) ---- */
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+typedef struct {
+    const engine *e;
+    int n_prompt, probing, k;
+} cache_want;
+
+/* Accepts an entry a request can start from: KV rows of this engine's
+ * shape, at least KB_EXACT_ROWS + 1 prompt rows after it (those rows then
+ * take the kernels a whole prompt takes: smaller batches take the
+ * batch-invariant path, whose sums may differ in the last bit), and the
+ * probe's sums when the request probes. */
+static int cache_ok(const pcache_entry *en, void *ud) {
+    const cache_want *w = ud;
+    const model *m = &w->e->model;
+    const probe_sums *s = en->extra;
+    if (en->n_layers != m->n_layers || en->row_bytes != kb_kv_bytes(w->e->kv_type, 1, m->kv_dim)) return 0;
+    if (w->n_prompt - en->n <= KB_EXACT_ROWS) return 0;
+    return !w->probing || (s->valid && s->k == w->k);
+}
+
+/* Copies HIT's rows into the layers of ST that have a KV cache and are not
+ * LOADED yet. Returns 0, or -1 when HIT lacks one of those layers. */
+static int cache_load(engine *e, model_state *st, const pcache_entry *hit, uint8_t *loaded) {
+    for (int l = 0; l < st->n_layers; l++) {
+        if (!st->kv[l].k || loaded[l]) continue;
+        if (!hit->has[l]) return -1;
+        e->kb->kv_load(e->kb, &st->kv[l], hit->n, hit->k[l], hit->v[l]);
+        loaded[l] = 1;
+    }
+    return 0;
+}
+
+/* Keeps the N-token PROMPT's KV (rows 0..n-1 of every layer ST holds) with
+ * the probe's SUMS and KROW. Returns 0, or -1 when nothing was kept (out
+ * of memory, or larger than the whole budget). */
+static int cache_store(engine *e, const model_state *st, const int32_t *prompt, int n, const engine_gen_params *gp,
+                       const probe_sums *sums, const float *krow) {
+    const model *m = &e->model;
+    uint8_t has[MASK_MAX_LAYERS];
+    size_t row = kb_kv_bytes(e->kv_type, 1, m->kv_dim), dim_bytes = (size_t)m->dim * sizeof *krow;
+    for (int l = 0; l < m->n_layers; l++) has[l] = st->kv[l].k != NULL;
+    pcache_entry *en = pcache_entry_new(gp->cache_key, prompt, n, m->n_layers, has, row, sizeof *sums + dim_bytes);
+    if (!en) return -1;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (!has[l]) continue;
+        e->kb->kv_save(e->kb, &st->kv[l], n, en->k[l], en->v[l]);
+    }
+    memcpy(en->extra, sums, sizeof *sums);
+    memcpy((char *)en->extra + sizeof *sums, krow, dim_bytes);
+    double now = wall_s();
+    en->hinted = gp->cache_hint;
+    en->expires = now + (gp->cache_ttl_s > 0 ? gp->cache_ttl_s : 300);
+    return pcache_put(e->pcache, en, now);
+}
+
 void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engine_gen_params *gp,
                     const engine_callbacks *cb, engine_result *res) {
     const model *m = &e->model;
@@ -934,7 +976,14 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     long long need = (long long)n_prompt + gp->max_tokens;
     int n_ctx = need < e->info.n_ctx ? (int)need : e->info.n_ctx;
     int k = e->info.probe_k, probing = !gp->layer_mask && e->probe_loaded && gp->skip_mode != ENGINE_SKIP_OFF;
-    int lossless = gp->skip_mode == ENGINE_SKIP_LOSSLESS;
+    int lossless = gp->skip_mode == ENGINE_SKIP_LOSSLESS, use_cache = e->pcache && !gp->cache_off;
+    const pcache_entry *hit = NULL; /* the kept prompt this one starts with */
+    probe_sums sums = {0};
+    uint8_t loaded[MASK_MAX_LAYERS] = {0};
+    if (use_cache) {
+        cache_want w = {e, n_prompt, probing, k};
+        hit = pcache_find(e->pcache, gp->cache_key, prompt, n_prompt, wall_s(), cache_ok, &w);
+    }
 
     model_state st;
     sampler sm;
@@ -946,8 +995,9 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     g.logits = malloc((size_t)m->n_vocab * sizeof *g.logits);
     g.piece = malloc(PIECE_MAX);
     g.hist = malloc(((size_t)n_ctx + 1) * sizeof *g.hist);
+    float *krow = calloc((size_t)m->dim, sizeof *krow); /* the probe's layer-k row of the last prompt token so far */
     answer_init(&ans, gp, chat_tool_syntax_of(e->family), cb);
-    if (!g.logits || !g.piece || !g.hist || (lossless && gen_spec_alloc(&g, m->n_vocab))) goto oom;
+    if (!g.logits || !g.piece || !g.hist || !krow || (lossless && gen_spec_alloc(&g, m->n_vocab))) goto oom;
     memcpy(g.hist, prompt, (size_t)n_prompt * sizeof *g.hist);
     g.n_hist = n_prompt;
     /* While the probe has not decided, only layers 0..k-1 get a KV cache. */
@@ -977,22 +1027,34 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     int max_rows = n_prompt;
     if (lossless && max_rows < SPEC_K_MAX + 1) max_rows = SPEC_K_MAX + 1;
     if (con && max_rows < ENGINE_FORCED_MAX + 1) max_rows = ENGINE_FORCED_MAX + 1;
+    if (sampler_init(&sm, m->n_vocab, gp->temperature, gp->top_p, gp->top_k, gp->seed)) goto oom;
+    have_sampler = 1;
+restart: /* without the cache, when its entry lacks a layer this request computes */
     if (model_state_init(&st, m, e->kb, n_ctx, max_rows, first, e->kv_type, res->error, sizeof res->error)) {
         res->retryable = 0;
         goto error;
     }
     have_state = 1;
-    if (sampler_init(&sm, m->n_vocab, gp->temperature, gp->top_p, gp->top_k, gp->seed)) goto oom;
-    have_sampler = 1;
-    /* A cached prefix: its rows are not embedded, unless the probe must
-     * see the whole prompt (it runs layers 0..k-1 over every row, so that
-     * it decides what it decides without the cache; the cache is looked up
-     * once the mask, and so the layers with a KV cache, is final). */
-    prefix_entry *pe = NULL;
-    int reuse = probing ? 0 : cache_find(e, &st, prompt, n_prompt, gp, &pe);
+    if (hit && cache_load(e, &st, hit, loaded)) hit = NULL;
+    if (hit) {
+        memcpy(&sums, hit->extra, sizeof sums);
+        memcpy(krow, (const char *)hit->extra + sizeof sums, (size_t)m->dim * sizeof *krow);
+    }
+    int p = hit ? hit->n : 0, rows = n_prompt - p; /* prompt positions from the cache; rows to prefill */
+    res->n_cache_read = p;
+    res->n_cache_created = use_cache ? n_prompt - p : 0;
     arm_kernel_fault(e, 0);
-    model_embed(m, e->kb, &st, prompt + reuse, n_prompt - reuse);
-    rc = decide_mask(e, &st, n_prompt, gp, cb, g.logits, &spec, res);
+    model_embed(m, e->kb, &st, prompt + p, rows);
+    rc = decide_mask(e, &st, rows, p, &sums, krow, gp, cb, g.logits, &spec, res);
+    if (rc == 0 && hit && cache_load(e, &st, hit, loaded)) {
+        model_state_free(&st, e->kb);
+        have_state = 0;
+        hit = NULL;
+        memset(&sums, 0, sizeof sums);
+        memset(loaded, 0, sizeof loaded);
+        res->n_skipped = 0;
+        goto restart;
+    }
     if (rc > 0) goto cancel;
     if (rc < 0 && kb_error(e->kb)) goto backend_error;
     if (rc < 0) {
@@ -1004,17 +1066,12 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
      * constrained request decodes plainly in every mode (in lossless mode
      * its output is the full model's all the same) */
     if (lossless && !con) g.spec = &spec;
-    if (probing) reuse = cache_find(e, &st, prompt, n_prompt, gp, &pe);
-    if (probing && reuse && rows_shift(e, &st, reuse, n_prompt - reuse)) goto oom;
-    prefix_cache_restore(e->pcache, pe, e->kb, &st, reuse, probing ? k : 0);
-    res->n_cache_read = reuse;
-    res->n_cache_created = e->pcache ? n_prompt - reuse : 0; /* what the end stores, unless the budget is smaller */
     res->kv_bytes = st.kv_bytes;
     if (cb->on_start && cb->on_start(cb->ud, res->mask, m->n_layers)) goto cancel;
-    rc = prefill_layers(e, &st, n_prompt - reuse, reuse, probing ? k : 0, m->n_layers, gp, cb);
+    rc = prefill_layers(e, &st, rows, p, probing ? k : 0, m->n_layers, gp, cb);
     if (rc > 0) goto cancel;
     if (rc < 0) goto backend_error;
-    model_logits(m, e->kb, &st, n_prompt - reuse - 1, 1, g.logits);
+    model_logits(m, e->kb, &st, rows - 1, 1, g.logits);
     if (kb_error(e->kb)) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
@@ -1047,6 +1104,7 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     }
     res->n_tool_calls = answer_tool_calls(&ans);
     if (res->reason == ENGINE_STOP_EOS && res->n_tool_calls) res->reason = ENGINE_STOP_TOOL_USE;
+    if (use_cache && cache_store(e, &st, prompt, n_prompt, gp, &sums, krow)) res->n_cache_created = 0;
     goto done;
 oom:
     snprintf(res->error, sizeof res->error, "out of memory");
@@ -1061,14 +1119,8 @@ error:
 done:
     e->kb->fail_at = 0; /* testing faults that did not fire end with their request */
     e->kb->fail_scratch = 0;
-    res->n_cache_created = 0;
-    if (have_state && g.pos > 0 && res->reason != ENGINE_STOP_ERROR) {
-        int stored = prefix_cache_store(e->pcache, gp->cache_owner, g.hist, g.pos < g.n_hist ? g.pos : g.n_hist, e->kb,
-                                        &st, gp->cache_ttl_s);
-        if (stored > n_prompt) stored = n_prompt; /* the answer's tokens are no input */
-        res->n_cache_created = stored > res->n_cache_read ? stored - res->n_cache_read : 0;
-    }
     res->total_ms = now_ms() - t0;
+    pcache_get_stats(e->pcache, &res->cache);
     if (have_sampler) sampler_free(&sm);
     if (have_state) model_state_free(&st, e->kb);
     answer_free(&ans);
@@ -1076,6 +1128,7 @@ done:
     free(g.logits);
     free(g.piece);
     free(g.hist);
+    free(krow);
     free(g.vlogits);
     free(g.q);
     free(g.p);

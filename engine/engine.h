@@ -36,7 +36,6 @@ typedef struct {
     engine_device device;
     const char *chat_template; /* family name overriding the model's, or NULL */
     int kv_f16;                /* 1: KV cache in F16, 0: F32 */
-    size_t prompt_cache_bytes; /* bytes of host memory the prefix cache may hold (0: no cache) */
     int layer_skip;            /* 1: use a probe when one matches the model; 0: never skip on our own */
     const char *probe_path;    /* a probe file to use, or NULL to search probe_dir */
     const char *probe_dir;     /* folder of probe files (*.json) matched by the model's SHA-256, or NULL */
@@ -53,6 +52,9 @@ typedef struct {
      * can, as if verifying and drafting cost nothing (its cost model would
      * often decline), and the engine measures no costs at open. */
     int spec_always;
+    /* The prompt cache (engine/prefix_cache.h): bytes of recent prompts' KV
+     * kept for the requests that start with them (0: off). */
+    size_t prompt_cache_bytes;
 } engine_params;
 
 /* What the layer-skipping machinery did for a request (x-layer-status). */
@@ -137,11 +139,13 @@ typedef struct {
     /* A JSON Schema (text) the answer must be a JSON value of (the Messages
      * API's output_config.format), or NULL. */
     const char *format_schema;
-    /* The prefix cache (engine/prefix_cache.h): whose entries the request
-     * may reuse and stores under (a hash of the API key; 0 when keys are
-     * off), and the keep hint of what it stores (seconds, 0: none). */
-    uint64_t cache_owner;
-    int cache_ttl_s;
+    /* The prompt cache: the tenant (a hash of the API key; 0 without keys),
+     * how long the prompt is kept at most (0: 300 s), whether the request
+     * marked a prefix with cache_control (kept before unmarked ones), and
+     * 1 to neither read nor keep. */
+    uint64_t cache_key;
+    double cache_ttl_s;
+    int cache_hint, cache_off;
 } engine_gen_params;
 
 typedef struct {
@@ -184,9 +188,9 @@ typedef struct {
     int n_drafted, n_accepted;  /* lossless: drafted tokens, and those the full model kept */
     int n_verifications;        /* lossless: batched verification passes */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
-    int n_cache_read;           /* prompt tokens whose KV came from the prefix cache, within n_prompt */
-    int n_cache_created;        /* prompt tokens newly stored in the prefix cache (from on_start on: those
-                                   that will be; final once generate returns) */
+    int n_cache_read;           /* prompt tokens whose KV came from the prompt cache */
+    int n_cache_created;        /* prompt tokens newly kept in it */
+    pcache_stats cache;         /* the prompt cache after this request */
     char error[256];
 } engine_result;
 
@@ -266,9 +270,6 @@ const char *engine_model_sha256(engine *e);
 int engine_debug_protect_layer(engine *e, int layer, int protect);
 /* Testing: kernels launched so far on the backend. */
 uint64_t engine_debug_launches(engine *e);
-
-/* The prefix cache's counters (zeros without a cache). Any thread. */
-void engine_cache_stats(engine *e, prefix_cache_stats *s);
 
 /* "off", "full", "active". */
 const char *engine_layer_status_name(engine_layer_status s);

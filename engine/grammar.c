@@ -1474,6 +1474,16 @@ static long num_kw(const cJSON *s, const char *key, long dflt) {
     return cJSON_IsNumber(j) && j->valuedouble >= 0 ? (long)j->valuedouble : dflt;
 }
 
+/* An upper bound (maxLength, maxItems), or -1 when absent or above
+ * CONV_MAX_BOUND: a bound that large is a safety cap in the schemas agents
+ * send (Claude Code's tools say maxLength 1000000), and honouring it would
+ * take as many grammar rules, so it is not enforced. */
+#define CONV_MAX_BOUND 512
+static long max_kw(const cJSON *s, const char *key) {
+    long max = num_kw(s, key, -1);
+    return max > CONV_MAX_BOUND ? -1 : max;
+}
+
 /* The literal `"KEY": ` of property P followed by the expression of its schema. Returns 0 or -1. */
 static int conv_pair(conv *c, const cJSON *p, sbuf *e) {
     sbuf key = {0};
@@ -1564,7 +1574,7 @@ static int conv_array(conv *c, const cJSON *s, sbuf *e) {
         sb_put(e, "\"]\"");
         return 0;
     }
-    long min = num_kw(s, "minItems", 0), max = num_kw(s, "maxItems", -1);
+    long min = num_kw(s, "minItems", 0), max = max_kw(s, "maxItems");
     if (max == 0) {
         sb_put(e, "\"[]\"");
         return 0;
@@ -1590,7 +1600,7 @@ static int conv_array(conv *c, const cJSON *s, sbuf *e) {
 /* A string with minLength/maxLength (in JSON string characters: a byte
  * below 0x80, a UTF-8 sequence or an escape each count one). */
 static void conv_string(conv *c, const cJSON *s, sbuf *e) {
-    long min = num_kw(s, "minLength", 0), max = num_kw(s, "maxLength", -1);
+    long min = num_kw(s, "minLength", 0), max = max_kw(s, "maxLength");
     if (min == 0 && max < 0) {
         conv_prim(c, NEED_STRING, "string", e);
         return;

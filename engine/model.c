@@ -354,6 +354,7 @@ static int kv_alloc(model_state *s, const model *m, kb_backend *kb, int l, char 
     kv->type = s->kv_type;
     kv->n_ctx = s->n_ctx;
     kv->kv_dim = m->kv_dim;
+    kv->head_dim = m->head_dim;
     kv->k = kb->alloc(kb, bytes);
     kv->v = kv->k ? kb->alloc(kb, bytes) : NULL;
     if (!kv->k || !kv->v) {

@@ -1,77 +1,70 @@
-/* prefix_cache.h - the KV of recent requests, kept for the next ones.
+/* prefix_cache.h - the KV of recent prompts, kept in host memory within a
+ * byte budget, so that a request whose prompt starts with a kept prompt
+ * prefills only the rest (usage: cache_read_input_tokens).
  *
- * An entry is the KV cache of the first n positions of a token sequence (a
- * prompt and the tokens generated after it), for the layers that request
- * computed, copied to host memory. A later request whose prompt starts with
- * the same tokens copies those rows back into its own KV cache and
- * prefills only the rest: the rows are what its own prefill would have
- * computed (the CPU matmul gives each row the same bits in any batch), so
- * the answer is the same.
- *
- * Entries are keyed by their tokens, the layers they were computed with and an owner (a
- * hash of the API key, 0 when keys are off): a lookup only sees its
- * owner's entries. The bytes held never exceed the budget: the least
- * recently used entry goes first (entries stored with a keep hint, the API's
- * cache_control, after the others), and an entry with a keep hint is gone
- * once its TTL passed without a hit.
- *
- * The engine calls everything but prefix_cache_stats_get from the thread
- * that runs its generations; prefix_cache_stats_get may be called from any
- * thread.
- */
-#ifndef ILPD_PREFIX_CACHE_H
-#define ILPD_PREFIX_CACHE_H
+ * An entry is a whole prompt: its token ids, the key of the tenant that sent
+ * it (a hash of the API key; entries never serve another key), the layers
+ * whose KV it holds (a skipped layer has none) with rows 0..n-1 of each, and
+ * an opaque blob the engine keeps beside it (the probe's running sums, so
+ * that a request served from the cache decides the same mask). Keys are
+ * token ids, never text. Eviction: expired entries first, then the least
+ * recently used, entries without a cache_control hint before hinted ones.
+ * Not thread-safe: one engine, one request at a time. */
+#ifndef ENGINE_PREFIX_CACHE_H
+#define ENGINE_PREFIX_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model.h"
-#include "kernels/backend.h"
 #include "probe/mask.h"
 
-typedef struct prefix_cache prefix_cache;
-typedef struct prefix_entry prefix_entry;
+typedef struct {
+    uint64_t key;            /* the tenant (0: no API keys configured) */
+    int32_t *tokens;         /* [n] */
+    int n, n_layers;
+    uint8_t has[MASK_MAX_LAYERS]; /* 1: the entry holds that layer's KV */
+    void **k, **v;           /* [n_layers]: [n][row_bytes] host copies, NULL where has[l] is 0 */
+    size_t row_bytes;        /* one position of one layer's K (or V) */
+    void *extra;             /* the engine's blob (extra_bytes), owned */
+    size_t extra_bytes;
+    size_t bytes;            /* everything the entry holds */
+    uint64_t used;           /* LRU clock */
+    double expires;          /* unix seconds */
+    int hinted;              /* the request marked a prefix with cache_control */
+} pcache_entry;
 
 typedef struct {
-    uint64_t hits, misses;   /* lookups that found a prefix, and those that did not */
-    uint64_t tokens_reused;  /* positions copied back instead of prefilled */
-    uint64_t evictions;      /* entries dropped for room or past their TTL */
-    size_t bytes;            /* bytes held by entries */
-    size_t budget;
+    uint64_t hits, misses, tokens_reused, evictions;
+    size_t bytes;            /* held now */
     int entries;
-} prefix_cache_stats;
+} pcache_stats;
 
-/* A cache of BUDGET bytes for a model of N_LAYERS layers whose KV rows
- * are KV_DIM values (heads of HEAD_DIM) of type KV_TYPE. Returns NULL when
- * out of memory or when BUDGET is 0 (no cache: every call below accepts a
- * NULL cache and does nothing). */
-prefix_cache *prefix_cache_new(size_t budget, int n_layers, int kv_dim, int head_dim, kb_kv_type kv_type);
-/* Frees every entry and the cache. */
-void prefix_cache_free(prefix_cache *pc);
+typedef struct pcache pcache;
 
-/* Finds OWNER's entry sharing the longest prefix with TOKENS (n of them)
- * among those computed with exactly the layers LAYERS (n_layers bytes, 1 =
- * computed: a layer's KV depends on every layer below it, so an entry of
- * another mask is of no use), counting at most MAX positions. Counts a hit
- * or a miss. Returns the number of positions to reuse (0: none; *OUT NULL)
- * and the entry in *OUT (owned by the cache, valid until the next store or
- * free). */
-int prefix_cache_lookup(prefix_cache *pc, uint64_t owner, const int32_t *tokens, int n, int max, const uint8_t *layers,
-                        prefix_entry **out);
+/* A cache of at most BUDGET bytes (free with pcache_free), or NULL when out of memory. */
+pcache *pcache_new(size_t budget);
+void pcache_free(pcache *c);
+size_t pcache_budget(const pcache *c);
 
-/* Copies positions 0..n-1 of entry E into the KV cache of ST (of the
- * lookup's LAYERS) for the layers from L0 on, and counts them as reused. */
-void prefix_cache_restore(prefix_cache *pc, prefix_entry *e, kb_backend *kb, model_state *st, int n, int l0);
+/* A new entry for the N tokens TOKENS with room for the KV rows of the
+ * layers HAS marks (n_layers bytes) and EXTRA_BYTES of blob; the caller
+ * fills k, v and extra. NULL when out of memory. */
+pcache_entry *pcache_entry_new(uint64_t key, const int32_t *tokens, int n, int n_layers, const uint8_t *has,
+                               size_t row_bytes, size_t extra_bytes);
+void pcache_entry_free(pcache_entry *e);
 
-/* Stores the KV of positions 0..n-1 of ST (their tokens TOKENS) for OWNER,
- * replacing OWNER's entries that this one extends. TTL_S > 0: a keep hint
- * that lasts TTL_S seconds from the last use; 0: plain LRU. Returns the
- * positions stored (fewer than n when the budget holds fewer; 0 when
- * nothing was stored: out of memory, or an entry already holds them). */
-int prefix_cache_store(prefix_cache *pc, uint64_t owner, const int32_t *tokens, int n, kb_backend *kb,
-                       const model_state *st, int ttl_s);
+/* The longest live entry of KEY whose tokens are a proper prefix of TOKENS
+ * (N of them) and that OK accepts (OK may be NULL), or NULL; counts a hit
+ * (and its tokens) or a miss, and marks the entry used. Borrowed: valid
+ * until the next pcache_put. */
+const pcache_entry *pcache_find(pcache *c, uint64_t key, const int32_t *tokens, int n, double now,
+                                int (*ok)(const pcache_entry *e, void *ud), void *ud);
 
-/* Copies the counters into *S (zeros for a NULL cache). */
-void prefix_cache_stats_get(prefix_cache *pc, prefix_cache_stats *s);
+/* Keeps E (taking it), replacing an entry of the same key and tokens, and
+ * evicting until the cache fits its budget. Returns 0, or -1 when E alone
+ * is larger than the budget (E is freed). */
+int pcache_put(pcache *c, pcache_entry *e, double now);
+
+void pcache_get_stats(const pcache *c, pcache_stats *s);
 
 #endif

@@ -53,7 +53,7 @@ typedef enum { KB_KV_F32, KB_KV_F16 } kb_kv_type;
 typedef struct {
     void *k, *v;        /* backend memory */
     kb_kv_type type;
-    int n_ctx, kv_dim;
+    int n_ctx, kv_dim, head_dim;
 } kb_kv;
 
 typedef struct {
@@ -78,13 +78,18 @@ struct kb_backend {
     char error[256];    /* the first failure since kb_error_clear, "" when none */
     uint64_t fail_at;   /* testing: the operation that starts when launches() equals this fails (0: never) */
     int fail_scratch;   /* testing: the next reserve() that allocates fails as out of memory (then 0) */
-    int kv_head_major;  /* a KV side is [kv head][n_ctx][head_dim] (1) or [n_ctx][kv_dim] (0) in backend memory */
 
     /* Memory. alloc returns NULL on failure; free accepts NULL. */
     void *(*alloc)(kb_backend *kb, size_t bytes);
     void (*free)(kb_backend *kb, void *p);
     void (*to_host)(kb_backend *kb, void *dst, const void *src, size_t bytes);
     void (*to_backend)(kb_backend *kb, void *dst, const void *src, size_t bytes);
+    /* Copies positions 0..n-1 of both sides of cache C to host memory K and
+     * V (kb_kv_bytes(type, n, kv_dim) bytes each, in the backend's own
+     * layout), and back into a cache of the same type and width whatever
+     * its n_ctx (the prompt cache). */
+    void (*kv_save)(kb_backend *kb, const kb_kv *c, int n, void *k, void *v);
+    void (*kv_load)(kb_backend *kb, kb_kv *c, int n, const void *k, const void *v);
     /* Allocates the scratch the operations need for requests of shape S
      * (grown, never shrunk); 0, or -1 when out of memory (kb_error says so). */
     int (*reserve)(kb_backend *kb, const kb_scratch_shape *s);
@@ -129,14 +134,6 @@ kb_backend *kb_cuda_create(int dev, char *err, size_t errlen);
 
 /* Bytes of one KV cache layer of this shape and type. */
 size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
-
-/* Copies positions 0..n-1 of both sides of CACHE (heads of HEAD_DIM values)
- * to host memory K and V, or back: each host side is laid out as the
- * backend lays out a cache of HOST_CTX positions (HOST_CTX >= n; see
- * kv_head_major), so that what kb_kv_rows_get wrote kb_kv_rows_put reads.
- * The host buffers belong to the caller. */
-void kb_kv_rows_get(kb_backend *kb, const kb_kv *cache, int head_dim, int n, void *k, void *v, int host_ctx);
-void kb_kv_rows_put(kb_backend *kb, kb_kv *cache, int head_dim, int n, const void *k, const void *v, int host_ctx);
 
 /* Installs FN as the receiver of the backends' warnings (EVENT: a short
  * name, MSG: one line); NULL (the default) drops them. */

@@ -8,30 +8,6 @@ size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim) {
     return (size_t)n_ctx * (size_t)kv_dim * (t == KB_KV_F16 ? 2 : 4);
 }
 
-/* One side: the n rows of every head (head-major) or the n rows at once. */
-static void kv_side_copy(kb_backend *kb, const kb_kv *c, int head_dim, int n, void *dev, void *host, int host_ctx,
-                         int to_dev) {
-    size_t es = kb_kv_bytes(c->type, 1, 1);
-    int nh = kb->kv_head_major ? c->kv_dim / head_dim : 1;
-    size_t width = kb->kv_head_major ? (size_t)head_dim : (size_t)c->kv_dim;
-    for (int g = 0; g < nh; g++) {
-        char *d = (char *)dev + (size_t)g * c->n_ctx * width * es;
-        char *h = (char *)host + (size_t)g * host_ctx * width * es;
-        if (to_dev) kb->to_backend(kb, d, h, (size_t)n * width * es);
-        else kb->to_host(kb, h, d, (size_t)n * width * es);
-    }
-}
-
-void kb_kv_rows_get(kb_backend *kb, const kb_kv *cache, int head_dim, int n, void *k, void *v, int host_ctx) {
-    kv_side_copy(kb, cache, head_dim, n, cache->k, k, host_ctx, 0);
-    kv_side_copy(kb, cache, head_dim, n, cache->v, v, host_ctx, 0);
-}
-
-void kb_kv_rows_put(kb_backend *kb, kb_kv *cache, int head_dim, int n, const void *k, const void *v, int host_ctx) {
-    kv_side_copy(kb, cache, head_dim, n, cache->k, (void *)k, host_ctx, 1);
-    kv_side_copy(kb, cache, head_dim, n, cache->v, (void *)v, host_ctx, 1);
-}
-
 static void (*logger)(const char *event, const char *msg);
 
 void kb_set_logger(void (*fn)(const char *event, const char *msg)) { logger = fn; }

@@ -4,20 +4,24 @@
 #include <math.h>
 #include <stddef.h>
 
-double probe_mean_norm(const float *x, int n, int dim) {
-    double sum = 0;
+void probe_norm_acc(const float *x, int n, int dim, double *sum) {
     for (int i = 0; i < n; i++) {
         double ss = 0;
         for (int j = 0; j < dim; j++) ss += (double)x[(size_t)i * dim + j] * x[(size_t)i * dim + j];
-        sum += sqrt(ss);
+        *sum += sqrt(ss);
     }
+}
+
+double probe_mean_norm(const float *x, int n, int dim) {
+    double sum = 0;
+    probe_norm_acc(x, n, dim, &sum);
     return n ? sum / n : 0;
 }
 
-void probe_cos_stats(const float *x, int n, int dim, double *mean, double *std) {
-    double s = 0, s2 = 0;
-    for (int i = 1; i < n; i++) {
-        const float *a = x + (size_t)(i - 1) * dim, *b = x + (size_t)i * dim;
+void probe_cos_acc(const float *prev, const float *x, int n, int dim, double *s, double *s2) {
+    for (int i = 0; i < n; i++) {
+        const float *a = i ? x + (size_t)(i - 1) * dim : prev, *b = x + (size_t)i * dim;
+        if (!a) continue;
         double dot = 0, na = 0, nb = 0;
         for (int j = 0; j < dim; j++) {
             dot += (double)a[j] * b[j];
@@ -25,13 +29,22 @@ void probe_cos_stats(const float *x, int n, int dim, double *mean, double *std) 
             nb += (double)b[j] * b[j];
         }
         double c = na > 0 && nb > 0 ? dot / sqrt(na * nb) : 0;
-        s += c;
-        s2 += c * c;
+        *s += c;
+        *s2 += c * c;
     }
+}
+
+void probe_cos_finish(double s, double s2, int n, double *mean, double *std) {
     int m = n - 1;
     *mean = m > 0 ? s / m : 0;
     double var = m > 0 ? s2 / m - *mean * *mean : 0;
     *std = var > 0 ? sqrt(var) : 0;
+}
+
+void probe_cos_stats(const float *x, int n, int dim, double *mean, double *std) {
+    double s = 0, s2 = 0;
+    probe_cos_acc(NULL, x, n, dim, &s, &s2);
+    probe_cos_finish(s, s2, n, mean, std);
 }
 
 void probe_sharpness(const float *logits, int n_vocab, double *maxprob, double *entropy) {

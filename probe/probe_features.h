@@ -36,6 +36,14 @@ typedef struct {
 
 /* Mean L2 norm of the N rows of X (DIM wide, host memory). */
 double probe_mean_norm(const float *x, int n, int dim);
+/* Adds the L2 norms of the N rows of X to *SUM, in order (probe_mean_norm's
+ * sum: a prompt measured in two parts gets the same bits). */
+void probe_norm_acc(const float *x, int n, int dim, double *sum);
+/* Adds to *S and *S2 the cosine similarities (and squares) of consecutive
+ * rows of X, the first row paired with PREV (the row before X) unless PREV
+ * is NULL. probe_cos_finish makes the mean and deviation over N rows. */
+void probe_cos_acc(const float *prev, const float *x, int n, int dim, double *s, double *s2);
+void probe_cos_finish(double s, double s2, int n, double *mean, double *std);
 /* Mean and standard deviation of the cosine similarity of consecutive rows
  * (0 and 0 for a single row). */
 void probe_cos_stats(const float *x, int n, int dim, double *mean, double *std);

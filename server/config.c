@@ -19,7 +19,7 @@ void cfg_defaults(cfg *c) {
     c->port = 8080;
     c->queue = 32;
     c->kv_budget_mb = 4096;
-    c->prompt_cache_mb = 1024;
+    c->prompt_cache_mb = 512;
     c->layer_skip = 1;
     c->skip_mode = ENGINE_SKIP_LOSSLESS;
     c->json_depth = 64;
@@ -52,7 +52,7 @@ void cfg_usage(void) {
             "                  [--skip-mode lossless|approximate|off]\n"
             "                  [--log-level debug|info|warn|error] [--shutdown-grace S] [--request-timeout S]\n"
             "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S] [--kv-budget-mb 4096]\n"
-            "                  [--prompt-cache-mb 1024]\n"
+            "                  [--prompt-cache-mb 512]\n"
             "Every option has a config-file key of the same name (dashes become underscores): see config/ilpd.conf.\n");
 }
 

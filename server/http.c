@@ -37,8 +37,8 @@ typedef struct {
     job *job;
     int status;
     double t0;
-    int key;               /* the index of the request's API key (0 when keys are off) */
     char request_id[40];
+    uint64_t tenant;    /* the prompt cache's key: 1 + the API key's index, 0 without keys */
 } req_ctx;
 
 static http_state *S;
@@ -251,8 +251,7 @@ static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
         return send_error(c, r, 400, "invalid_request_error", msg, -1);
     }
     j->skip_mode = request_mode(c);
-    /* the prefix cache's owner: the API key's hash, so that no key reads another's entries */
-    if (S->cfg->n_keys) memcpy(&j->cache_owner, S->cfg->key_sha256[r->key], sizeof j->cache_owner);
+    j->tenant = r->tenant;
     const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
     if (hint) {
         uint8_t wire[MASK_WIRE_BYTES];
@@ -386,9 +385,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (r->route == ROUTE_METRICS) {
         const engine_info *in = S->engine && atomic_load(&S->ready) ? engine_get_info(S->engine) : NULL;
-        prefix_cache_stats cs = {0};
-        if (in) engine_cache_stats(S->engine, &cs);
-        char *text = metrics_render(in ? in->name : "", in ? in->device_name : "", &cs);
+        char *text = metrics_render(in ? in->name : "", in ? in->device_name : "");
         if (!text) return send_error(c, r, 500, "api_error", "out of memory", -1);
         struct MHD_Response *resp = body_response(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
         free(text);
@@ -396,7 +393,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     int key = authorized(c);
     if (key < 0) return send_error(c, r, 401, "authentication_error", "invalid x-api-key", -1);
-    r->key = key;
+    r->tenant = S->cfg->n_keys ? (uint64_t)key + 1 : 0;
     if (RL && (r->route == ROUTE_MESSAGES || r->route == ROUTE_COUNT)) {
         int wait = ratelimit_take(RL, key, now_s());
         if (wait) {

@@ -475,21 +475,19 @@ static int parse_options(const cJSON *root, msg_request *req, msg_error *e) {
     return 0;
 }
 
-/* The longest TTL of the cache_control breakpoints under NODE (seconds:
- * 3600 for ttl "1h", else 300), or 0 when there is none. */
-static int cache_ttl(const cJSON *node) {
-    int ttl = 0;
-    for (const cJSON *c = node ? node->child : NULL; c; c = c->next) {
-        int t = 0;
+/* Finds the cache_control breakpoints below J (any depth; J is already
+ * depth-checked): sets REQ's hint and the longest TTL. */
+static void scan_cache_control(const cJSON *j, msg_request *req) {
+    for (const cJSON *c = j ? j->child : NULL; c; c = c->next) {
         if (c->string && !strcmp(c->string, "cache_control") && cJSON_IsObject(c)) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "ttl");
-            t = cJSON_IsString(v) && !strcmp(v->valuestring, "1h") ? 3600 : 300;
+            const cJSON *ttl = cJSON_GetObjectItemCaseSensitive(c, "ttl");
+            double s = cJSON_IsString(ttl) && !strcmp(ttl->valuestring, "1h") ? 3600 : 300;
+            req->cache_hint = 1;
+            if (s > req->cache_ttl_s) req->cache_ttl_s = s;
         } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
-            t = cache_ttl(c);
+            scan_cache_control(c, req);
         }
-        if (t > ttl) ttl = t;
     }
-    return ttl;
 }
 
 int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_request *req, msg_error *e) {
@@ -529,11 +527,6 @@ int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_r
         else bad(e, "system: must be a string or an array of text blocks");
         if (!req->system) goto fail;
     }
-    const char *cached[] = {"system", "messages", "tools"};
-    for (int i = 0; i < 3; i++) {
-        int t = cache_ttl(cJSON_GetObjectItemCaseSensitive(root, cached[i]));
-        if (t > req->cache_ttl_s) req->cache_ttl_s = t;
-    }
     if (parse_messages(root, req, e) || parse_tools(root, req, e) || parse_sampling(root, req, e) ||
         parse_options(root, req, e) || parse_format(root, req, e))
         goto fail;
@@ -541,6 +534,7 @@ int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_r
         bad(e, "out of memory");
         goto fail;
     }
+    scan_cache_control(root, req);
     cJSON_Delete(root);
     return 0;
 fail:

@@ -23,7 +23,8 @@ typedef struct {
     int n_stop;
     int stream;
     char *format_schema;     /* output_config.format's JSON schema as text (freed with cJSON_free), or NULL */
-    int cache_ttl_s;         /* the longest cache_control TTL in system, messages and tools (300 or 3600), or 0 */
+    int cache_hint;          /* a cache_control breakpoint in system, tools or messages */
+    double cache_ttl_s;      /* the longest of their TTLs: 300 ("5m", the default) or 3600 ("1h"); 0 without */
 } msg_request;
 
 /* An error for the client: HTTP status, Anthropic error type, message. */

@@ -35,6 +35,7 @@ static struct {
     unsigned long long modes[3], drafted, accepted, verifications;
     int waiting, running;
     size_t kv_bytes;
+    pcache_stats cache;
     unsigned char win_active[WINDOW];
     int win_skipped[WINDOW];
     int win_n, win_at;
@@ -122,6 +123,12 @@ void metrics_kv_bytes(size_t bytes) {
     pthread_mutex_unlock(&M.lock);
 }
 
+void metrics_prompt_cache(const pcache_stats *s) {
+    pthread_mutex_lock(&M.lock);
+    M.cache = *s;
+    pthread_mutex_unlock(&M.lock);
+}
+
 typedef struct {
     char *s;
     size_t len, cap;
@@ -161,27 +168,7 @@ static void render_histogram(out_buf *b, const char *name, const char *help, con
         h->sum, name, unit_suffix, h->total);
 }
 
-/* The prefix cache's counters (engine/prefix_cache.h). */
-static void render_cache(out_buf *b, const prefix_cache_stats *c) {
-    out(b, "# HELP ilpd_prefix_cache_hits_total Requests that reused a cached prompt prefix.\n"
-           "# TYPE ilpd_prefix_cache_hits_total counter\nilpd_prefix_cache_hits_total %llu\n", (unsigned long long)c->hits);
-    out(b, "# HELP ilpd_prefix_cache_misses_total Requests that found no cached prefix.\n"
-           "# TYPE ilpd_prefix_cache_misses_total counter\nilpd_prefix_cache_misses_total %llu\n", (unsigned long long)c->misses);
-    out(b, "# HELP ilpd_prefix_cache_reused_tokens_total Prompt tokens read from the prefix cache instead of prefilled.\n"
-           "# TYPE ilpd_prefix_cache_reused_tokens_total counter\nilpd_prefix_cache_reused_tokens_total %llu\n",
-        (unsigned long long)c->tokens_reused);
-    out(b, "# HELP ilpd_prefix_cache_evictions_total Prefix cache entries dropped for room or past their TTL.\n"
-           "# TYPE ilpd_prefix_cache_evictions_total counter\nilpd_prefix_cache_evictions_total %llu\n",
-        (unsigned long long)c->evictions);
-    out(b, "# HELP ilpd_prefix_cache_bytes Bytes held by the prefix cache (of ilpd_prefix_cache_budget_bytes).\n"
-           "# TYPE ilpd_prefix_cache_bytes gauge\nilpd_prefix_cache_bytes %zu\n", c->bytes);
-    out(b, "# HELP ilpd_prefix_cache_budget_bytes The prefix cache's budget (--prompt-cache-mb).\n"
-           "# TYPE ilpd_prefix_cache_budget_bytes gauge\nilpd_prefix_cache_budget_bytes %zu\n", c->budget);
-    out(b, "# HELP ilpd_prefix_cache_entries Prefix cache entries.\n"
-           "# TYPE ilpd_prefix_cache_entries gauge\nilpd_prefix_cache_entries %d\n", c->entries);
-}
-
-char *metrics_render(const char *model_name, const char *device, const prefix_cache_stats *cache) {
+char *metrics_render(const char *model_name, const char *device) {
     out_buf b = {0};
     out(&b, "%s", "");
     pthread_mutex_lock(&M.lock);
@@ -218,6 +205,20 @@ char *metrics_render(const char *model_name, const char *device, const prefix_ca
             "# TYPE ilpd_draft_verifications_total counter\nilpd_draft_verifications_total %llu\n", M.verifications);
     out(&b, "# HELP ilpd_kv_cache_bytes KV cache bytes held by the running generation.\n# TYPE ilpd_kv_cache_bytes gauge\n"
             "ilpd_kv_cache_bytes %zu\n", M.kv_bytes);
+    out(&b, "# HELP ilpd_prompt_cache_hits_total Requests that started from a kept prompt.\n"
+            "# TYPE ilpd_prompt_cache_hits_total counter\nilpd_prompt_cache_hits_total %llu\n"
+            "# HELP ilpd_prompt_cache_misses_total Requests that found no kept prompt to start from.\n"
+            "# TYPE ilpd_prompt_cache_misses_total counter\nilpd_prompt_cache_misses_total %llu\n"
+            "# HELP ilpd_prompt_cache_tokens_reused_total Prompt tokens read from the prompt cache.\n"
+            "# TYPE ilpd_prompt_cache_tokens_reused_total counter\nilpd_prompt_cache_tokens_reused_total %llu\n"
+            "# HELP ilpd_prompt_cache_evictions_total Kept prompts evicted for room.\n"
+            "# TYPE ilpd_prompt_cache_evictions_total counter\nilpd_prompt_cache_evictions_total %llu\n"
+            "# HELP ilpd_prompt_cache_bytes Bytes the prompt cache holds.\n"
+            "# TYPE ilpd_prompt_cache_bytes gauge\nilpd_prompt_cache_bytes %zu\n"
+            "# HELP ilpd_prompt_cache_entries Prompts the prompt cache holds.\n"
+            "# TYPE ilpd_prompt_cache_entries gauge\nilpd_prompt_cache_entries %d\n",
+        (unsigned long long)M.cache.hits, (unsigned long long)M.cache.misses, (unsigned long long)M.cache.tokens_reused,
+        (unsigned long long)M.cache.evictions, M.cache.bytes, M.cache.entries);
     int active = 0, skipped = 0;
     for (int i = 0; i < M.win_n; i++) {
         active += M.win_active[i];
@@ -230,7 +231,6 @@ char *metrics_render(const char *model_name, const char *device, const prefix_ca
             "# TYPE ilpd_skipped_layers_mean gauge\nilpd_skipped_layers_mean %.4f\n", WINDOW,
         M.win_n ? (double)skipped / M.win_n : 0.0);
     pthread_mutex_unlock(&M.lock);
-    render_cache(&b, cache);
     if (b.failed) {
         free(b.s);
         return NULL;

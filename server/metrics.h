@@ -19,8 +19,9 @@ void metrics_generation(int prompt_tokens, int output_tokens, double ttft_s, dou
 void metrics_draft(const char *mode, int drafted, int accepted, int verifications);
 void metrics_queue(int waiting, int running);
 void metrics_kv_bytes(size_t bytes);
-/* Writes the exposition text, with the prefix cache's counters CACHE, into
- * a malloc'd string (caller frees), or NULL. */
-char *metrics_render(const char *model_name, const char *device, const prefix_cache_stats *cache);
+/* The prompt cache's counts after a request (engine/prefix_cache.h). */
+void metrics_prompt_cache(const pcache_stats *s);
+/* Writes the exposition text into a malloc'd string (caller frees), or NULL. */
+char *metrics_render(const char *model_name, const char *device);
 
 #endif

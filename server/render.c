@@ -64,12 +64,12 @@ static char *sse(const char *name, cJSON *data) {
     return ev;
 }
 
-/* The usage object: when M is not NULL input_tokens and the prefix cache's
- * counts, then output_tokens. */
+/* The usage object: with M, input_tokens and the prompt cache's counts,
+ * then output_tokens. */
 static cJSON *usage(const render_message_info *m, int output) {
     cJSON *u = cJSON_CreateObject();
     int ok = u && (!m || (put(u, "input_tokens", cJSON_CreateNumber(m->input_tokens)) &&
-                          put(u, "cache_creation_input_tokens", cJSON_CreateNumber(m->cache_created)) &&
+                          put(u, "cache_creation_input_tokens", cJSON_CreateNumber(m->cache_creation)) &&
                           put(u, "cache_read_input_tokens", cJSON_CreateNumber(m->cache_read))));
     return checked(u, ok && put(u, "output_tokens", cJSON_CreateNumber(output)));
 }
@@ -248,7 +248,7 @@ static cJSON *stop_delta(const render_stop *stop) {
 
 char *render_sse_message_delta(const render_stop *stop) {
     cJSON *o = typed("message_delta");
-    int ok = put(o, "delta", stop_delta(stop)) && put(o, "usage", usage(stop->usage, stop->output_tokens));
+    int ok = put(o, "delta", stop_delta(stop)) && put(o, "usage", usage(NULL, stop->output_tokens));
     return sse("message_delta", checked(o, ok));
 }
 

@@ -17,8 +17,9 @@
 typedef struct {
     const char *id;    /* msg_… */
     const char *model; /* echoed as requested */
-    int input_tokens;  /* prompt tokens not read from the prefix cache */
-    int cache_read, cache_created; /* prompt tokens read from the prefix cache, and newly stored in it */
+    int input_tokens;      /* prompt tokens not read from the prompt cache */
+    int cache_read;        /* cache_read_input_tokens */
+    int cache_creation;    /* cache_creation_input_tokens */
 } render_message_info;
 
 /* How a generation stopped. */
@@ -26,7 +27,6 @@ typedef struct {
     const char *reason;   /* stop_reason: "end_turn", "max_tokens", … */
     const char *sequence; /* the stop string that matched, or NULL (null on the wire) */
     int output_tokens;
-    const render_message_info *usage; /* message_delta: its usage's input side too, when not NULL */
 } render_stop;
 
 /* An error answer. MESSAGE is borrowed. */

@@ -99,9 +99,8 @@ static void job_append(job *j, char *rendered) {
 
 /* What J's message object says about its request (borrows from J). */
 static render_message_info message_info(const job *j) {
-    return (render_message_info){.id = j->msg_id, .model = j->req.model,
-                                 .input_tokens = j->n_prompt - j->res.n_cache_read,
-                                 .cache_read = j->res.n_cache_read, .cache_created = j->res.n_cache_created};
+    return (render_message_info){.id = j->msg_id, .model = j->req.model, .input_tokens = j->n_prompt - j->res.n_cache_read,
+                                 .cache_read = j->res.n_cache_read, .cache_creation = j->res.n_cache_created};
 }
 
 /* How J's generation stopped (borrows from J). */
@@ -272,9 +271,7 @@ static void log_failure(const job *j, job_outcome outcome) {
 static void finish(job *j) {
     job_outcome outcome = outcome_of(j);
     render_stop stop = stop_of(j);
-    render_message_info usage = message_info(j);
     if (j->req.stream && j->started && outcome == JOB_OUTCOME_DONE) {
-        stop.usage = &usage;
         if (!j->n_blocks) block_begin(j, 0, NULL); /* an empty answer is one empty text block */
         block_end(j);
         job_append(j, render_sse_message_delta(&stop));
@@ -307,7 +304,7 @@ static void run_job(worker *w, job *j) {
                             .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
                             .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel,
                             .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode,
-                            .cache_owner = j->cache_owner, .cache_ttl_s = j->req.cache_ttl_s};
+                            .cache_key = j->tenant, .cache_ttl_s = j->req.cache_ttl_s, .cache_hint = j->req.cache_hint};
     gp.seed = (uint64_t)(now_s() * 1e6);
     engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_tool_start = on_tool_start,
                            .on_tool_input = on_tool_input, .on_tool_end = on_tool_end, .on_progress = on_progress, .ud = &r};
@@ -317,6 +314,7 @@ static void run_job(worker *w, job *j) {
         engine_generate(w->e, j->prompt, j->n_prompt, &gp, &cb, &j->res);
     }
     metrics_kv_bytes(0);
+    if (j->res.cache.hits || j->res.cache.misses || j->res.cache.entries) metrics_prompt_cache(&j->res.cache);
     if (j->res.reason != ENGINE_STOP_CANCELLED && j->res.reason != ENGINE_STOP_ERROR)
         metrics_generation(j->n_prompt, j->res.n_generated, j->res.ttft_ms / 1e3, (j->res.total_ms - j->res.ttft_ms) / 1e3,
                            engine_layer_status_name(j->res.layer_status), j->res.n_skipped, hint_status_name(j->res.hint_status));

@@ -44,7 +44,7 @@ typedef struct job {
     uint8_t hint[MASK_MAX_LAYERS];
     int has_hint, hint_invalid;
     engine_skip_mode skip_mode;  /* x-layer-mode, or the configured default */
-    uint64_t cache_owner;        /* the prefix cache's owner: the API key's hash (0 when keys are off) */
+    uint64_t tenant;             /* the prompt cache's key (http.c) */
     char request_id[40], msg_id[40];
 
     int started;                 /* the headers may go */

@@ -163,17 +163,12 @@ oom:
     return -1;
 }
 
-/* The kernel of repacked groups of type T in K, or NULL (no repacking then). */
-static mm_rp_fn rp_kernel(const cpu_kern *k, ggml_type t) {
-    return t == GGML_TYPE_Q8_0 ? k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? k->mm_q4_0 : t == GGML_TYPE_Q4_K ? k->mm_q4_k : NULL;
-}
-
 static int is_repacked(const kb_weight *w) { return w->dev && w->dev == w->host && repack_supported(w->type); }
 
 static int cpu_weight_upload(kb_backend *kb, kb_weight *w) {
     if (is_repacked(w)) return 0; /* already done (a copy of an uploaded weight) */
     w->dev = NULL;
-    if (!repack_supported(w->type) || !rp_kernel(impl_of(kb)->k, w->type) || w->rows < RP_ROWS ||
+    if (!repack_supported(w->type) || !cpu_rp_kernel(impl_of(kb)->k, w->type) || w->rows < RP_ROWS ||
         getenv("ILPD_CPU_NO_REPACK"))
         return 0;
     if (repack_weight(w->type, (void *)w->host, w->rows, w->cols)) return -1;
@@ -363,7 +358,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
         if (w->cols % CPU_QK == 0) { /* always so for the quantized types */
             j.rowk = cpu_row_kernel(c->k, w->type);
             if (is_repacked(w)) {
-                j.qmm = rp_kernel(c->k, w->type);
+                j.qmm = cpu_rp_kernel(c->k, w->type);
                 j.ng = w->rows / RP_ROWS;
                 j.group_bytes = RP_ROWS * j.row_bytes;
             }
@@ -490,6 +485,29 @@ static void kv_store(const cpu_kern *k, void *dst, const kb_kv *c, const float *
             else
                 k->to_f16((uint16_t *)dst + off, from, (size_t)hd);
         }
+}
+
+/* The first N positions of each KV head of the cache side SIDE, packed head
+ * after head in HOST (TO_CACHE: from HOST back into the cache). */
+static void kv_copy(const kb_kv *c, void *side, void *host, int n, int to_cache) {
+    size_t esz = c->type == KB_KV_F16 ? 2 : 4, run = (size_t)n * (size_t)c->head_dim * esz;
+    for (int g = 0; g < c->kv_dim / c->head_dim; g++) {
+        uint8_t *cache = (uint8_t *)side + (size_t)g * (size_t)c->n_ctx * (size_t)c->head_dim * esz;
+        uint8_t *h = (uint8_t *)host + (size_t)g * run;
+        memcpy(to_cache ? cache : h, to_cache ? h : cache, run);
+    }
+}
+
+static void cpu_kv_save(kb_backend *kb, const kb_kv *c, int n, void *k, void *v) {
+    (void)kb;
+    kv_copy(c, c->k, k, n, 0);
+    kv_copy(c, c->v, v, n, 0);
+}
+
+static void cpu_kv_load(kb_backend *kb, kb_kv *c, int n, const void *k, const void *v) {
+    (void)kb;
+    kv_copy(c, c->k, (void *)k, n, 1);
+    kv_copy(c, c->v, (void *)v, n, 1);
 }
 
 typedef struct {
@@ -620,11 +638,12 @@ kb_backend *kb_cpu_create(int n_threads) {
     c->pool = tp_create(n_threads);
     if (!c->scratch || !c->pool) goto fail;
     kb->name = "cpu";
-    kb->kv_head_major = 1; /* kv_store */
     kb->alloc = cpu_alloc;
     kb->free = cpu_free;
     kb->to_host = cpu_copy;
     kb->to_backend = cpu_copy;
+    kb->kv_save = cpu_kv_save;
+    kb->kv_load = cpu_kv_load;
     kb->reserve = cpu_reserve;
     kb->weight_upload = cpu_weight_upload;
     kb->weight_release = cpu_weight_release;

@@ -51,6 +51,24 @@ extern "C" {
 #define CPU_SERIAL_MACS (1 << 22)
 #define RP_ROWS 16    /* rows per repacked group */
 
+/* The x16 group block of the 32-value types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * IQ4_NL; repack.c), 16 file blocks in the same bytes: d[16] (F16) at 0;
+ * Q4_1/Q5_1's m[16] at 32; Q5_0/Q5_1's fifth bits as 8 masks of 64 bits
+ * (mask 2k: the low nibbles of chunk k, 2k+1: its high nibbles; bit 4r+i is
+ * row r's byte i of the chunk); then 4 chunks (Q8_0: 8) of 16 rows x 4
+ * bytes: row r's file bytes 4k..4k+3 at 64k + 4r (Q8_0 with its sign bit
+ * flipped, so that the bytes read as unsigned value + 128). */
+static inline int rp32_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
+static inline int rp32_has_bits(ggml_type t) { return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1; }
+static inline int rp32_mask_off(ggml_type t) { return rp32_has_min(t) ? 64 : 32; }
+static inline int rp32_chunk_off(ggml_type t) { return rp32_mask_off(t) + (rp32_has_bits(t) ? 64 : 0); }
+/* Q4_K's x16 super-block (2304 bytes): d[16], dmin[16], the 6-bit scales
+ * and mins (low 4 bits at 64 + 16j + r, high 2 bits at 192), then chunks c
+ * (64 values) of 8 x (16 rows x 4 bytes) at 256 + 64 (8c + k). Q5_K is the
+ * same followed by its fifth bits as masks of 64 bits, one per (c, k, low
+ * or high nibble) at RPK_MASKS + 8 (2 (8c + k) + h), bit 4r + i. */
+#define RPK_MASKS 2304
+
 /* A quantized activation: n tokens of COLS values (cols % 32 == 0).
  * Token t's values are qs[t*cols ...] = round(x / d), |q| <= 127, and for
  * each block b of 32: d[t*nb+b], m8 = -8 * sum(q), m128 = -128 * sum(q),
@@ -88,7 +106,8 @@ typedef void (*mm_row_fn)(const uint8_t *w, size_t row_bytes, int rows, const ac
 typedef struct {
     const char *name;
     mm_float_fn mm_f32, mm_f16, mm_bf16;
-    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k; /* NULL: that type is not repacked (file-layout rows) */
+    /* NULL: that type is not repacked (file-layout rows) */
+    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_iq4_nl, mm_q5_0, mm_q4_1, mm_q5_1, mm_q5_k;
     /* Rows of a block type in the file layout (not repacked), indexed by
      * the ggml type: see mm_row_fn; NULL: the rows are dequantized instead. */
     mm_row_fn mm_row[CPU_ROW_TYPES];
@@ -122,16 +141,20 @@ typedef struct {
 
 /* The kernel tables: scalar always; the others are NULL when the compiler
  * cannot build them. cpu_kern_best() picks the best the CPU supports
- * (ILPD_CPU_ISA=scalar|avx2|avx512 in the environment caps it). */
+ * (ILPD_CPU_ISA=scalar|avx2|avxvnni|avx512 in the environment caps it). */
 extern const cpu_kern cpu_kern_scalar;
 const cpu_kern *cpu_kern_avx2(void);   /* NULL when the CPU lacks AVX2/FMA/F16C */
+const cpu_kern *cpu_kern_avxvnni(void); /* the AVX2 kernels with AVX-VNNI; NULL without it */
 const cpu_kern *cpu_kern_avx512(void); /* NULL when the CPU lacks AVX-512 F/BW/VL/VNNI */
 const cpu_kern *cpu_kern_best(void);
 /* The file-layout row kernel of type T in K, or NULL. */
 mm_row_fn cpu_row_kernel(const cpu_kern *k, ggml_type t);
+/* The kernel of repacked groups of type T in K, or NULL (no repacking then). */
+mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t);
 
 /* Repacking (repack.c). */
 int repack_supported(ggml_type t);
+int rp32_type(ggml_type t); /* 1 for the types of the rp32 layout */
 /* Repacks the whole groups of ROWS rows of COLS in place; 0 or -1 (out of memory). */
 int repack_weight(ggml_type t, void *data, int rows, int cols);
 /* Dequantizes row R of a repacked weight (rows in whole groups repacked, the rest not). */

@@ -1,17 +1,29 @@
 /* kern_avx2.c - AVX2 + FMA + F16C kernels, for x86-64 CPUs without
  * AVX-512. Integer dot products use maddubs (u8 x s8 -> s16 pairs) and
- * madd against ones; the x16 groups of Q4_0 and Q8_0 are read as two halves
- * of 8 rows; every other block type, Q4_K included (measured faster than
- * its x16 layout here), runs in the file layout (kern_rows.h). */
+ * madd against ones, or AVX-VNNI's vpdpbusd where kern_avxvnni.c builds this
+ * file again (KERN_AVX2_VNNI; the same sums, bit for bit: maddubs never
+ * saturates here); the x16 groups of Q4_0, IQ4_NL and Q8_0 are read as two
+ * halves of 8 rows; every other block type, Q4_K included (measured faster
+ * than its x16 layout here), runs in the file layout (kern_rows.h). */
 #include "kernels/cpu/cpu_internal.h"
+
+#ifndef KERN_AVX2_VNNI
+#define KERN_AVX2_VNNI 0
+#define KERN_AVX2_NAME "avx2"
+#define KERN_AVX2_FEATURES "avx2,fma,f16c,bmi2"
+#define KERN_AVX2_GET cpu_kern_avx2
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ILPD_NO_SIMD)
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#define T256 __attribute__((target("avx2,fma,f16c,bmi2")))
+#define T256 __attribute__((target(KERN_AVX2_FEATURES)))
 #define AI inline __attribute__((always_inline))
+#if KERN_AVX2_VNNI
+#define KERN_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
+#endif
 
 enum { W_F32, W_F16, W_BF16 };
 
@@ -150,16 +162,18 @@ static AI int32_t ld32(const int8_t *p) {
     return v;
 }
 
-/* Dword lanes of u8 U times s8 S (4 products each): maddubs then madd by 1. */
-static AI T256 __m256i dot4(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
+#ifndef KERN_DPBUSD
+/* ACC plus the dword lanes of u8 U times s8 S (4 products each): maddubs
+ * then madd by 1 (vpdpbusd with AVX-VNNI). */
+#define KERN_DPBUSD(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#endif
 
-/* Q4_0 / Q8_0, rows 8h..8h+7 of a group, TT tokens. */
-static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb;
-    const size_t bb = Q4 ? 16 * 18 : 16 * 34;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+/* Q4_0 / IQ4_NL / Q8_0 (type T), rows 8h..8h+7 of a group, TT tokens. */
+static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, Q4 = T == GGML_TYPE_Q4_0;
+    const size_t bb = T == GGML_TYPE_Q8_0 ? 16 * 34 : 16 * 18;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80);
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
     const int8_t *aq[4];
     const float *ad[4];
     const int32_t *am[4];
@@ -183,13 +197,32 @@ static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_
                 __m256i L = _mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h));
                 __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
                 for (int j = 0; j < TT; j++) {
-                    __m256i p = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, _mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k))),
-                        _mm256_maddubs_epi16(hi, _mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k))));
+                    __m256i alo = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k));
+                    __m256i ahi = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k));
+#if KERN_AVX2_VNNI
+                    acc[j] = KERN_DPBUSD(acc[j], lo, alo);
+                    acc2[j] = KERN_DPBUSD(acc2[j], hi, ahi);
+#else /* values 0-15: the two halves' int16 sums add without overflow, one madd */
+                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
+                    p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
                     if (k & 1)
-                        acc2[j] = _mm256_add_epi32(acc2[j], _mm256_madd_epi16(p, ones));
+                        acc2[j] = _mm256_add_epi32(acc2[j], p);
                     else
-                        acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(p, ones));
+                        acc[j] = _mm256_add_epi32(acc[j], p);
+#endif
+                }
+            }
+        } else if (T == GGML_TYPE_IQ4_NL) { /* table values, signed: the sign trick, one madd per half */
+            for (int k = 0; k < 4; k++) {
+                __m256i L = _mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h));
+                __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(L, m4));
+                __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(L, 4), m4));
+                __m256i ulo = _mm256_abs_epi8(lo), uhi = _mm256_abs_epi8(hi);
+                for (int j = 0; j < TT; j++) {
+                    __m256i alo = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), lo);
+                    __m256i ahi = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k)), hi);
+                    acc[j] = KERN_DPBUSD(acc[j], ulo, alo);
+                    acc2[j] = KERN_DPBUSD(acc2[j], uhi, ahi);
                 }
             }
         } else {
@@ -199,9 +232,9 @@ static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_
                 for (int j = 0; j < TT; j++) {
                     __m256i av = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), s);
                     if (k & 1)
-                        acc2[j] = _mm256_add_epi32(acc2[j], dot4(u, av));
+                        acc2[j] = KERN_DPBUSD(acc2[j], u, av);
                     else
-                        acc[j] = _mm256_add_epi32(acc[j], dot4(u, av));
+                        acc[j] = KERN_DPBUSD(acc[j], u, av);
                 }
             }
         }
@@ -213,26 +246,25 @@ static AI T256 void q32_tile(int Q4, int TT, const uint8_t *g, int h, const act_
     for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
 }
 
-static T256 void mm_q4_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+static AI T256 void mm_q32(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out,
+                           int ldo) {
     for (int g = 0; g < ng; g++)
         for (int h = 0; h < 2; h++) {
             const uint8_t *gp = w + (size_t)g * gbytes;
             float *og = out + (size_t)g * RP_ROWS;
             int t = 0;
-            for (; t + 4 <= n; t += 4) q32_tile(1, 4, gp, h, a, t, og, ldo);
-            for (; t < n; t++) q32_tile(1, 1, gp, h, a, t, og, ldo);
+            for (; t + 4 <= n; t += 4) q32_tile(T, 4, gp, h, a, t, og, ldo);
+            for (; t < n; t++) q32_tile(T, 1, gp, h, a, t, og, ldo);
         }
 }
-
+static T256 void mm_q4_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q32(GGML_TYPE_Q4_0, w, gbytes, ng, a, n, out, ldo);
+}
+static T256 void mm_iq4_nl(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q32(GGML_TYPE_IQ4_NL, w, gbytes, ng, a, n, out, ldo);
+}
 static T256 void mm_q8_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    for (int g = 0; g < ng; g++)
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *gp = w + (size_t)g * gbytes;
-            float *og = out + (size_t)g * RP_ROWS;
-            int t = 0;
-            for (; t + 4 <= n; t += 4) q32_tile(0, 4, gp, h, a, t, og, ldo);
-            for (; t < n; t++) q32_tile(0, 1, gp, h, a, t, og, ldo);
-        }
+    mm_q32(GGML_TYPE_Q8_0, w, gbytes, ng, a, n, out, ldo);
 }
 
 static T256 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
@@ -406,12 +438,13 @@ static T256 void to_f16(uint16_t *out, const float *x, size_t n) {
 #undef KERN_ROWS_R
 
 static const cpu_kern kern = {
-    .name = "avx2",
+    .name = KERN_AVX2_NAME,
     .mm_f32 = mm_f32,
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .mm_iq4_nl = mm_iq4_nl,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_row_q6_k},
     .quant_act = quant_act,
     .attn = attn,
@@ -427,12 +460,14 @@ static const cpu_kern kern = {
     .to_f16 = to_f16,
 };
 
-const cpu_kern *cpu_kern_avx2(void) {
+const cpu_kern *KERN_AVX2_GET(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return &kern;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+        (!KERN_AVX2_VNNI || __builtin_cpu_supports("avxvnni")))
+        return &kern;
     return NULL;
 }
 
 #else
-const cpu_kern *cpu_kern_avx2(void) { return NULL; }
+const cpu_kern *KERN_AVX2_GET(void) { return NULL; }
 #endif

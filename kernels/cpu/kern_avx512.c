@@ -297,19 +297,29 @@ static AI int32_t ld32(const int8_t *p) {
     return v;
 }
 
-/* Q4_0 (Q4=1) or Q8_0 (Q4=0): 16 rows x TT tokens starting at token T0. */
-static AI T512 void q32_tile(int Q4, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb;
-    const size_t bb = Q4 ? 16 * 18 : 16 * 34;
+/* A type of the rp32 layout (cpu_internal.h): 16 rows x TT tokens starting
+ * at token T0. IQ4_NL's nibbles index its table shifted by 128 (unsigned for
+ * vpdpbusd), which m128 takes back out, as for Q8_0's sign-flipped bytes;
+ * Q5_0/Q5_1 add 16 where their bit masks say; the offsets of Q4_0 (-8) and
+ * Q5_0 (-16) come back out through m8; Q4_1/Q5_1 add their min times the
+ * activation's block sum (ds). */
+static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0, NL = T == GGML_TYPE_IQ4_NL, HB = rp32_has_bits(T),
+              MIN = rp32_has_min(T), ch = rp32_chunk_off(T), mo = rp32_mask_off(T);
+    const size_t bb = 16 * (size_t)(T == GGML_TYPE_Q8_0 ? 34 : 18 + 2 * MIN + 4 * HB);
+    const __m512i c16 = _mm512_set1_epi8(16);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i tbl = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4_values)),
+                                         _mm512_set1_epi8((char)0x80));
     const int8_t *aq[8];
-    const float *ad[8];
+    const float *ad[8], *ads[8];
     const int32_t *am[8];
     __m512 accf[8];
     for (int j = 0; j < TT; j++) {
         aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
         ad[j] = a->d + (size_t)(t0 + j) * nb;
-        am[j] = (Q4 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
+        ads[j] = a->ds + (size_t)(t0 + j) * nb;
+        am[j] = (T == GGML_TYPE_Q4_0 || T == GGML_TYPE_Q5_0 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
         accf[j] = _mm512_setzero_ps();
     }
     for (int b = 0; b < nb; b++) {
@@ -319,13 +329,24 @@ static AI T512 void q32_tile(int Q4, int TT, const uint8_t *g, const act_q8 *a, 
         const int SPLIT = TT <= 2;
         __m512i acc[8], acc2[8];
         for (int j = 0; j < TT; j++) {
-            acc[j] = _mm512_set1_epi32(am[j][b]);
+            acc[j] = MIN ? _mm512_setzero_si512() : _mm512_set1_epi32(T == GGML_TYPE_Q5_0 ? 2 * am[j][b] : am[j][b]);
             if (SPLIT) acc2[j] = _mm512_setzero_si512();
         }
         if (Q4) {
             for (int k = 0; k < 4; k++) {
-                __m512i L = _mm512_loadu_si512((const void *)(o + 32 + 64 * k));
+                __m512i L = _mm512_loadu_si512((const void *)(o + ch + 64 * k));
                 __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                if (HB) {
+                    __mmask64 ml, mh;
+                    memcpy(&ml, o + mo + 16 * k, 8);
+                    memcpy(&mh, o + mo + 8 + 16 * k, 8);
+                    lo = _mm512_mask_add_epi8(lo, ml, lo, c16);
+                    hi = _mm512_mask_add_epi8(hi, mh, hi, c16);
+                }
+                if (NL) {
+                    lo = _mm512_shuffle_epi8(tbl, lo);
+                    hi = _mm512_shuffle_epi8(tbl, hi);
+                }
                 for (int j = 0; j < TT; j++) {
                     acc[j] = _mm512_dpbusd_epi32(acc[j], lo, _mm512_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)));
                     if (SPLIT)
@@ -350,12 +371,18 @@ static AI T512 void q32_tile(int Q4, int TT, const uint8_t *g, const act_q8 *a, 
         __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
         for (int j = 0; j < TT; j++)
             accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_mul_ps(ws, _mm512_set1_ps(ad[j][b])), accf[j]);
+        if (MIN) {
+            __m512 wm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)));
+            for (int j = 0; j < TT; j++) accf[j] = _mm512_fmadd_ps(wm, _mm512_set1_ps(ads[j][b]), accf[j]);
+        }
     }
     for (int j = 0; j < TT; j++) _mm512_storeu_ps(out + (size_t)(t0 + j) * ldo, accf[j]);
 }
 
-static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+/* Q4_K, or Q5_K (Q5: 16 added under its fifth-bit masks): 16 rows x TT tokens. */
+static AI T512 void q4k_tile(int Q5, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
     const int nb = a->nb, nsb = nb / 8;
+    const __m512i c16 = _mm512_set1_epi8(16);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi32(3), m15 = _mm512_set1_epi32(15);
     const int8_t *aq[4];
     const float *ad[4], *ads[4];
@@ -367,7 +394,7 @@ static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
         accf[j] = _mm512_setzero_ps();
     }
     for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *o = g + (size_t)sb * 16 * 144;
+        const uint8_t *o = g + (size_t)sb * 16 * (Q5 ? 176 : 144);
         __m512 accsc[4], accm[4];
         for (int j = 0; j < TT; j++) accsc[j] = accm[j] = _mm512_setzero_ps();
         for (int c = 0; c < 4; c++) {
@@ -377,6 +404,12 @@ static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
             for (int k = 0; k < 8; k++) {
                 __m512i L = _mm512_loadu_si512((const void *)(q + 64 * k));
                 __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                if (Q5) {
+                    __mmask64 ml = _load_mask64((__mmask64 *)(o + RPK_MASKS + 16 * (8 * c + k)));
+                    __mmask64 mh = _load_mask64((__mmask64 *)(o + RPK_MASKS + 16 * (8 * c + k) + 8));
+                    lo = _mm512_mask_add_epi8(lo, ml, lo, c16);
+                    hi = _mm512_mask_add_epi8(hi, mh, hi, c16);
+                }
                 for (int j = 0; j < TT; j++) {
                     const int8_t *ab = aq[j] + 256 * sb + 64 * c + 4 * k;
                     accA[j] = _mm512_dpbusd_epi32(accA[j], lo, _mm512_set1_epi32(ld32(ab)));
@@ -430,12 +463,22 @@ static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
         }                                                                                                 \
     }
 
-#define Q40_CALL(T) if ((T) <= 8) q32_tile(1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q80_CALL(T) if ((T) <= 8) q32_tile(0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q4K_CALL(T) if ((T) <= 4) q4k_tile((T) > 4 ? 4 : (T), gp, a, t, og, ldo)
+#define Q40_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define NL_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_IQ4_NL, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q50_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q41_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q51_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q80_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q8_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q4K_CALL(T) if ((T) <= 4) q4k_tile(0, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
+#define Q5K_CALL(T) if ((T) <= 4) q4k_tile(1, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
 RP_DRIVER(mm_q4_0, Q40_CALL, 8)
+RP_DRIVER(mm_iq4_nl, NL_CALL, 8)
+RP_DRIVER(mm_q5_0, Q50_CALL, 8)
+RP_DRIVER(mm_q4_1, Q41_CALL, 8)
+RP_DRIVER(mm_q5_1, Q51_CALL, 8)
 RP_DRIVER(mm_q8_0, Q80_CALL, 8)
 RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
+RP_DRIVER(mm_q5_k, Q5K_CALL, 4)
 
 /* Q6_K rows in the file layout: per super-block the 6-bit values are
  * rebuilt in order, 64 at a time (low nibbles from ql, 2 high bits from
@@ -742,6 +785,7 @@ static T512 void attn(const float *q, int G, const void *k, const void *v, int f
     }
 }
 
+#define KERN_DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s)) /* AVX512-VNNI + VL */
 #define KERN_TARGET T512
 #define KERN_ROWS_R 2
 #include "kernels/cpu/kern_rows.h"
@@ -755,7 +799,12 @@ static const cpu_kern kern = {
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .mm_iq4_nl = mm_iq4_nl,
+    .mm_q5_0 = mm_q5_0,
+    .mm_q4_1 = mm_q4_1,
+    .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
+    .mm_q5_k = mm_q5_k,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k}, /* its own Q6_K: 64-byte vpdpbusd, faster in prefill */
     .quant_act = quant_act,
     .attn = attn,

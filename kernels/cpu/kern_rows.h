@@ -25,6 +25,9 @@
 #endif
 
 #define KT KERN_TARGET
+#ifndef KERN_DPBUSD /* the includer may give VNNI's vpdpbusd (the same sums: maddubs never saturates here) */
+#define KERN_DPBUSD(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#endif
 
 /* Values per block and bytes per block of each type (ggml's layouts). */
 static AI int rows_qk(int T) {
@@ -267,8 +270,12 @@ static AI KT void rows_tile(int T, int R, int TT, const uint8_t *w, size_t rb, c
                 __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + blk * 32));
                 __m256 da = _mm256_set1_ps(a->d[blk]);
                 for (int r = 0; r < R; r++) {
-                    __m256i p16 = _mm256_maddubs_epi16(u[r], rows_unsigned(T) ? av : _mm256_sign_epi8(av, q[r]));
-                    s[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, sc[r])), da, s[r][t]);
+                    __m256i sv = rows_unsigned(T) ? av : _mm256_sign_epi8(av, q[r]), d32;
+                    if (rows_scaled(T))
+                        d32 = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], sv), sc[r]);
+                    else
+                        d32 = KERN_DPBUSD(_mm256_setzero_si256(), u[r], sv);
+                    s[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), da, s[r][t]);
                 }
             }
         }

@@ -42,49 +42,79 @@ static void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx,
     mm_float(GGML_TYPE_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
 }
 
-/* Q4_0 and Q8_0 share the structure: d[16] then nk chunks of 16 rows x 4 bytes. */
-static void mm_q_32(int q4, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+/* The value of byte I of chunk K for row R of rp32 group block O (T with
+ * nibbles: the low one when HI is 0), before the type's offset. */
+static int rp32_value(ggml_type t, const uint8_t *o, int r, int k, int i, int hi) {
+    int bit = 4 * r + i;
+    uint8_t q = o[rp32_chunk_off(t) + k * 64 + bit];
+    int v = hi ? q >> 4 : q & 15;
+    if (t == GGML_TYPE_IQ4_NL) return quant_iq4_values[v];
+    if (rp32_has_bits(t)) v |= ((o[rp32_mask_off(t) + 16 * k + 8 * hi + bit / 8] >> (bit % 8)) & 1) << 4;
+    return v;
+}
+
+/* The rp32 types (cpu_internal.h): per block the integer sum of values x
+ * activation, with the offsets of Q4_0 (-8), Q5_0 (-16) and Q8_0's flipped
+ * sign bit (-128) through the activation's m8 / m128, then the scales, and
+ * Q4_1/Q5_1's min times the activation's block sum. */
+static void mm_q_32(ggml_type t, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
     int nb = a->nb;
-    size_t bb = q4 ? 16 * 18 : 16 * 34;
+    size_t bb = 16 * ggml_type_block_bytes(t);
     for (int g = 0; g < ng; g++)
-        for (int t = 0; t < n; t++) {
-            const int8_t *aq = a->qs + (size_t)t * a->cols;
+        for (int tok = 0; tok < n; tok++) {
+            const int8_t *aq = a->qs + (size_t)tok * a->cols;
             for (int r = 0; r < RP_ROWS; r++) {
                 float acc = 0;
                 for (int b = 0; b < nb; b++) {
                     const uint8_t *o = w + (size_t)g * gbytes + (size_t)b * bb;
                     const int8_t *ab = aq + 32 * b;
-                    int32_t isum;
-                    if (q4) {
-                        isum = a->m8[(size_t)t * nb + b];
-                        for (int k = 0; k < 4; k++)
-                            for (int i = 0; i < 4; i++) {
-                                uint8_t q = o[32 + k * 64 + r * 4 + i];
-                                isum += (q & 15) * ab[4 * k + i] + (q >> 4) * ab[16 + 4 * k + i];
-                            }
-                    } else {
-                        isum = a->m128[(size_t)t * nb + b];
+                    size_t ab_i = (size_t)tok * nb + b;
+                    int32_t isum = t == GGML_TYPE_Q4_0 ? a->m8[ab_i] : t == GGML_TYPE_Q5_0 ? 2 * a->m8[ab_i] : 0;
+                    if (t == GGML_TYPE_Q8_0) {
+                        isum = a->m128[ab_i];
                         for (int k = 0; k < 8; k++)
-                            for (int i = 0; i < 4; i++) isum += o[32 + k * 64 + r * 4 + i] * ab[4 * k + i];
+                            for (int i = 0; i < 4; i++) isum += o[rp32_chunk_off(t) + k * 64 + r * 4 + i] * ab[4 * k + i];
+                    } else {
+                        for (int k = 0; k < 4; k++)
+                            for (int i = 0; i < 4; i++)
+                                isum += rp32_value(t, o, r, k, i, 0) * ab[4 * k + i] +
+                                        rp32_value(t, o, r, k, i, 1) * ab[16 + 4 * k + i];
                     }
                     uint16_t dh;
                     memcpy(&dh, o + 2 * r, 2);
-                    acc += (float)isum * (quant_f16_to_f32(dh) * a->d[(size_t)t * nb + b]);
+                    acc += (float)isum * (quant_f16_to_f32(dh) * a->d[ab_i]);
+                    if (rp32_has_min(t)) {
+                        memcpy(&dh, o + 32 + 2 * r, 2);
+                        acc += quant_f16_to_f32(dh) * a->ds[ab_i];
+                    }
                 }
-                out[(size_t)t * ldo + g * RP_ROWS + r] = acc;
+                out[(size_t)tok * ldo + g * RP_ROWS + r] = acc;
             }
         }
 }
 
 static void mm_q4_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q_32(1, w, gb, ng, a, n, out, ldo);
+    mm_q_32(GGML_TYPE_Q4_0, w, gb, ng, a, n, out, ldo);
+}
+static void mm_q4_1(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_Q4_1, w, gb, ng, a, n, out, ldo);
+}
+static void mm_iq4_nl(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_IQ4_NL, w, gb, ng, a, n, out, ldo);
+}
+static void mm_q5_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_Q5_0, w, gb, ng, a, n, out, ldo);
+}
+static void mm_q5_1(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q_32(GGML_TYPE_Q5_1, w, gb, ng, a, n, out, ldo);
 }
 static void mm_q8_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q_32(0, w, gb, ng, a, n, out, ldo);
+    mm_q_32(GGML_TYPE_Q8_0, w, gb, ng, a, n, out, ldo);
 }
 
-static void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    int nb = a->nb, nsb = nb / 8;
+/* Q4_K and Q5_K (T) in their x16 layout (cpu_internal.h). */
+static void mm_qk(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    int nb = a->nb, nsb = nb / 8, q5 = T == GGML_TYPE_Q5_K;
     for (int g = 0; g < ng; g++)
         for (int t = 0; t < n; t++) {
             const int8_t *aq = a->qs + (size_t)t * a->cols;
@@ -92,7 +122,7 @@ static void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, in
             for (int r = 0; r < RP_ROWS; r++) {
                 float acc = 0;
                 for (int sb = 0; sb < nsb; sb++) {
-                    const uint8_t *o = w + (size_t)g * gbytes + (size_t)sb * 16 * 144;
+                    const uint8_t *o = w + (size_t)g * gbytes + (size_t)sb * 16 * (q5 ? 176 : 144);
                     float accsc = 0, accm = 0;
                     for (int j = 0; j < 8; j++) {
                         uint8_t lo = o[64 + j * 16 + r], hi = (uint8_t)(o[192 + (j / 2) * 16 + r] >> (4 * (j & 1)));
@@ -101,8 +131,11 @@ static void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, in
                         const int8_t *ab = aq + 256 * sb + 32 * j;
                         int32_t isum = 0;
                         for (int k = 0; k < 8; k++)
-                            for (int i = 0; i < 4; i++)
-                                isum += ((o[256 + (c * 8 + k) * 64 + r * 4 + i] >> sh) & 15) * ab[4 * k + i];
+                            for (int i = 0; i < 4; i++) {
+                                int bit = 4 * r + i, v = (o[256 + (c * 8 + k) * 64 + bit] >> sh) & 15;
+                                if (q5) v |= ((o[RPK_MASKS + 8 * (2 * (8 * c + k) + (j & 1)) + bit / 8] >> (bit % 8)) & 1) << 4;
+                                isum += v * ab[4 * k + i];
+                            }
                         accsc += (float)isum * ((float)sc * ad[8 * sb + j]);
                         accm += (float)m * ads[8 * sb + j];
                     }
@@ -114,6 +147,12 @@ static void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, in
                 out[(size_t)t * ldo + g * RP_ROWS + r] = acc;
             }
         }
+}
+static void mm_q4_k(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_qk(GGML_TYPE_Q4_K, w, gb, ng, a, n, out, ldo);
+}
+static void mm_q5_k(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_qk(GGML_TYPE_Q5_K, w, gb, ng, a, n, out, ldo);
 }
 
 /* Q6_K super-block: ql[128], qh[64], scales[16] (int8, one per 16 values), d. */
@@ -229,7 +268,12 @@ const cpu_kern cpu_kern_scalar = {
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .mm_iq4_nl = mm_iq4_nl,
+    .mm_q5_0 = mm_q5_0,
+    .mm_q4_1 = mm_q4_1,
+    .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
+    .mm_q5_k = mm_q5_k,
     .mm_row = {[GGML_TYPE_Q6_K] = mm_q6_k},
     .quant_act = quant_act,
     .attn = attn,
@@ -257,13 +301,28 @@ mm_row_fn cpu_row_kernel(const cpu_kern *k, ggml_type t) {
     return (unsigned)t < CPU_ROW_TYPES ? k->mm_row[t] : NULL;
 }
 
+mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_Q8_0: return k->mm_q8_0;
+    case GGML_TYPE_Q4_0: return k->mm_q4_0;
+    case GGML_TYPE_Q4_K: return k->mm_q4_k;
+    case GGML_TYPE_Q5_K: return k->mm_q5_k;
+    case GGML_TYPE_IQ4_NL: return k->mm_iq4_nl;
+    case GGML_TYPE_Q5_0: return k->mm_q5_0;
+    case GGML_TYPE_Q4_1: return k->mm_q4_1;
+    case GGML_TYPE_Q5_1: return k->mm_q5_1;
+    default: return NULL;
+    }
+}
+
 const cpu_kern *cpu_kern_best(void) {
     static const cpu_kern *best;
     if (best) return best;
     const char *cap = getenv("ILPD_CPU_ISA");
     const cpu_kern *k = NULL;
     if (!cap || strcmp(cap, "scalar")) {
-        if (!cap || strcmp(cap, "avx2")) k = cpu_kern_avx512();
+        if (!cap || (strcmp(cap, "avx2") && strcmp(cap, "avxvnni"))) k = cpu_kern_avx512();
+        if (!k && (!cap || strcmp(cap, "avx2"))) k = cpu_kern_avxvnni();
         if (!k) k = cpu_kern_avx2();
     }
     best = k ? k : &cpu_kern_scalar;

@@ -1,12 +1,59 @@
-/* repack.c - the in-place x16 layouts of Q8_0, Q4_0 and Q4_K weights (see
- * cpu_internal.h), and reading one row back out of them. */
+/* repack.c - the in-place x16 layouts of the 32-value types (Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, IQ4_NL: the rp32 layout of cpu_internal.h) and of Q4_K,
+ * and reading one row back out of them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/quant.h"
 
-int repack_supported(ggml_type t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K; }
+int repack_supported(ggml_type t) { return rp32_type(t) || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K; }
+
+/* 1 for the 32-value types of the rp32 layout (cpu_internal.h). */
+int rp32_type(ggml_type t) {
+    return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1 ||
+           t == GGML_TYPE_Q8_0 || t == GGML_TYPE_IQ4_NL;
+}
+
+/* Offset of the quants in a file block of T: after d (and m, and qh). */
+static int file_qs_off(ggml_type t) { return 2 + (rp32_has_min(t) ? 2 : 0) + (rp32_has_bits(t) ? 4 : 0); }
+
+/* Row R's file block BLK into rp32 group block O (whose masks start zeroed). */
+static void pack_rp32(ggml_type t, const uint8_t *blk, int r, uint8_t *o) {
+    int nk = t == GGML_TYPE_Q8_0 ? 8 : 4, ch = rp32_chunk_off(t), mo = rp32_mask_off(t);
+    const uint8_t *qs = blk + file_qs_off(t);
+    uint32_t qh = 0;
+    memcpy(o + 2 * r, blk, 2);
+    if (rp32_has_min(t)) memcpy(o + 32 + 2 * r, blk + 2, 2);
+    if (rp32_has_bits(t)) memcpy(&qh, qs - 4, 4);
+    for (int k = 0; k < nk; k++)
+        for (int i = 0; i < 4; i++) {
+            int bit = 4 * r + i;
+            o[ch + k * 64 + bit] = t == GGML_TYPE_Q8_0 ? (uint8_t)(qs[4 * k + i] ^ 0x80) : qs[4 * k + i];
+            if (!rp32_has_bits(t)) continue;
+            o[mo + 16 * k + bit / 8] |= (uint8_t)(((qh >> (4 * k + i)) & 1) << (bit % 8));
+            o[mo + 16 * k + 8 + bit / 8] |= (uint8_t)(((qh >> (16 + 4 * k + i)) & 1) << (bit % 8));
+        }
+}
+
+/* The file block BLK of row R of rp32 group block O. */
+static void unpack_rp32(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
+    int nk = t == GGML_TYPE_Q8_0 ? 8 : 4, ch = rp32_chunk_off(t), mo = rp32_mask_off(t);
+    uint8_t *qs = blk + file_qs_off(t);
+    uint32_t qh = 0;
+    memcpy(blk, o + 2 * r, 2);
+    if (rp32_has_min(t)) memcpy(blk + 2, o + 32 + 2 * r, 2);
+    for (int k = 0; k < nk; k++)
+        for (int i = 0; i < 4; i++) {
+            int bit = 4 * r + i;
+            uint8_t v = o[ch + k * 64 + bit];
+            qs[4 * k + i] = t == GGML_TYPE_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
+            if (!rp32_has_bits(t)) continue;
+            qh |= (uint32_t)((o[mo + 16 * k + bit / 8] >> (bit % 8)) & 1) << (4 * k + i);
+            qh |= (uint32_t)((o[mo + 16 * k + 8 + bit / 8] >> (bit % 8)) & 1) << (16 + 4 * k + i);
+        }
+    if (rp32_has_bits(t)) memcpy(qs - 4, &qh, 4);
+}
 
 size_t repack_group_bytes(ggml_type t, int cols) { return RP_ROWS * ggml_row_bytes(t, (uint64_t)cols); }
 
@@ -15,16 +62,13 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
     size_t bb = ggml_type_block_bytes(t);
     for (int b = 0; b < nb; b++) {
         uint8_t *o = dst + (size_t)b * RP_ROWS * bb;
+        if (rp32_type(t) && rp32_has_bits(t)) memset(o + rp32_mask_off(t), 0, 64);
+        if (t == GGML_TYPE_Q5_K) memset(o + RPK_MASKS, 0, 512);
         for (int r = 0; r < RP_ROWS; r++) {
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
-            if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q8_0) {
-                memcpy(o + 2 * r, blk, 2);
-                const uint8_t *qs = blk + 2;
-                int nk = t == GGML_TYPE_Q4_0 ? 4 : 8;
-                for (int k = 0; k < nk; k++)
-                    for (int i = 0; i < 4; i++)
-                        o[32 + k * 64 + r * 4 + i] = t == GGML_TYPE_Q8_0 ? (uint8_t)(qs[4 * k + i] ^ 0x80) : qs[4 * k + i];
-            } else { /* Q4_K: d, dmin, scales[12], qs[128] */
+            if (rp32_type(t)) {
+                pack_rp32(t, blk, r, o);
+            } else { /* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: qh[32] before qs */
                 memcpy(o + 2 * r, blk, 2);
                 memcpy(o + 32 + 2 * r, blk + 2, 2);
                 uint8_t sc[8], m[8];
@@ -33,10 +77,17 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
                 for (int p = 0; p < 4; p++)
                     o[192 + p * 16 + r] = (uint8_t)((sc[2 * p] >> 4) | (m[2 * p] >> 4) << 2 | (sc[2 * p + 1] >> 4) << 4 |
                                                     (m[2 * p + 1] >> 4) << 6);
-                const uint8_t *qs = blk + 16;
+                const uint8_t *qs = blk + (t == GGML_TYPE_Q5_K ? 48 : 16), *qh = blk + 16;
                 for (int c = 0; c < 4; c++)
-                    for (int k = 0; k < 8; k++)
+                    for (int k = 0; k < 8; k++) {
                         memcpy(o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
+                        for (int i = 0; t == GGML_TYPE_Q5_K && i < 4; i++)
+                            for (int h = 0; h < 2; h++) {
+                                int bit = 4 * r + i;
+                                o[RPK_MASKS + 8 * (2 * (8 * c + k) + h) + bit / 8] |=
+                                    (uint8_t)(((qh[4 * k + i] >> (2 * c + h)) & 1) << (bit % 8));
+                            }
+                    }
             }
         }
     }
@@ -59,14 +110,8 @@ int repack_weight(ggml_type t, void *data, int rows, int cols) {
 
 /* Rebuilds the file-layout block of row lane R of repacked block O. */
 static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
-    if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q8_0) {
-        memcpy(blk, o + 2 * r, 2);
-        int nk = t == GGML_TYPE_Q4_0 ? 4 : 8;
-        for (int k = 0; k < nk; k++)
-            for (int i = 0; i < 4; i++) {
-                uint8_t v = o[32 + k * 64 + r * 4 + i];
-                blk[2 + 4 * k + i] = t == GGML_TYPE_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
-            }
+    if (rp32_type(t)) {
+        unpack_rp32(t, o, r, blk);
         return;
     }
     memcpy(blk, o + 2 * r, 2);
@@ -83,8 +128,18 @@ static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
         s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
         s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
     }
+    uint8_t *qs = blk + (t == GGML_TYPE_Q5_K ? 48 : 16), *qh = blk + 16;
+    if (t == GGML_TYPE_Q5_K) memset(qh, 0, 32);
     for (int c = 0; c < 4; c++)
-        for (int k = 0; k < 8; k++) memcpy(blk + 16 + 32 * c + 4 * k, o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, 4);
+        for (int k = 0; k < 8; k++) {
+            memcpy(qs + 32 * c + 4 * k, o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, 4);
+            for (int i = 0; t == GGML_TYPE_Q5_K && i < 4; i++)
+                for (int h = 0; h < 2; h++) {
+                    int bit = 4 * r + i;
+                    qh[4 * k + i] |= (uint8_t)(((o[RPK_MASKS + 8 * (2 * (8 * c + k) + h) + bit / 8] >> (bit % 8)) & 1)
+                                               << (2 * c + h));
+                }
+        }
 }
 
 void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r, float *out) {

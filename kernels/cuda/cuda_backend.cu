@@ -693,10 +693,25 @@ static void cu_to_host(kb_backend *kb, void *dst, const void *src, size_t bytes)
     if (rt_copy(c, dst, src, bytes, D2H) == 0) rt_sync(c);
 }
 
+/* The cache is position-major: positions 0..n-1 are the first n rows. */
+static void cu_kv_save(kb_backend *kb, const kb_kv *c, int n, void *k, void *v) {
+    size_t bytes = kb_kv_bytes(c->type, n, c->kv_dim);
+    cu_to_host(kb, k, c->k, bytes);
+    cu_to_host(kb, v, c->v, bytes);
+}
+
+static void cu_kv_load(kb_backend *kb, kb_kv *c, int n, const void *k, const void *v);
+
 static void cu_to_backend(kb_backend *kb, void *dst, const void *src, size_t bytes) {
     cu_impl *c = impl_of(kb);
     if (!bytes) return;
     if (rt_copy(c, dst, src, bytes, H2D) == 0) rt_sync(c);
+}
+
+static void cu_kv_load(kb_backend *kb, kb_kv *c, int n, const void *k, const void *v) {
+    size_t bytes = kb_kv_bytes(c->type, n, c->kv_dim);
+    cu_to_backend(kb, c->k, k, bytes);
+    cu_to_backend(kb, c->v, v, bytes);
 }
 
 /* Bytes of the quantised activation of N rows of COLS (three 256-aligned parts). */
@@ -1198,6 +1213,8 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->free = cu_free;
     kb->to_host = cu_to_host;
     kb->to_backend = cu_to_backend;
+    kb->kv_save = cu_kv_save;
+    kb->kv_load = cu_kv_load;
     kb->reserve = cu_reserve;
     kb->weight_upload = cu_weight_upload;
     kb->weight_release = cu_weight_release;

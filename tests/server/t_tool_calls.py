@@ -184,6 +184,14 @@ def structured(s):
     st, h, o = s.json("POST", "/v1/messages", body)
     check(st == 400 and o.get("error", {}).get("type") == "invalid_request_error",
           "a schema whose $ref does not resolve: 400 invalid_request_error", (st, o))
+    big = {"name": "write_file", "input_schema": {"type": "object", "properties": {
+        "content": {"type": "string", "maxLength": 1000000}, "lines": {"type": "array", "maxItems": 100000,
+                                                                      "items": {"type": "string"}}},
+        "required": ["content"]}}
+    st, h, o = ask(s, tools=[big], tool_choice={"type": "any", "disable_parallel_tool_use": True}, max_tokens=40)
+    uses = [b for b in o.get("content", []) if b.get("type") == "tool_use"] if isinstance(o, dict) else []
+    check(st == 200 and uses and uses[0]["name"] == "write_file",
+          "a tool with the huge bounds agents send (maxLength 1000000, as Claude Code's): 200, a call", (st, o))
     body["output_config"] = {"format": {"type": "json", "schema": FORMAT}}
     st, h, o = s.json("POST", "/v1/messages", body)
     check(st == 400 and "output_config.format.type" in o.get("error", {}).get("message", ""),

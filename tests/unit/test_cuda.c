@@ -644,50 +644,6 @@ static void kv_check(pair p, loaded_model *mg, const uint8_t *mask, const char *
  * for quantised ones (int8 activations on both sides in decode, but F16
  * dequantised weights in the cuBLAS prompt path against the CPU's int8
  * products, through every layer). Greedy choices must agree during decode. */
-/* The prefix cache's copies (kb_kv_rows_get/put): the KV of a 12-token
- * prompt, copied out of one request state and into a fresh one, gives the
- * next token the same logits, bit for bit, on both backends and KV types. */
-static void kv_rows_check(pair p, loaded_model *ml, kb_backend *kb, const char *base) {
-    const model *m = &ml->m;
-    enum { N = 12 };
-    int32_t tok[N + 1];
-    for (int i = 0; i <= N; i++) tok[i] = (int32_t)((i * 37 + 5) % m->n_vocab);
-    size_t side = kb_kv_bytes(KB_KV_F16, N, m->kv_dim) * 2; /* room for F32 rows */
-    char *host = malloc(2 * side * (size_t)m->n_layers);
-    float *la = malloc(sizeof(float) * (size_t)m->n_vocab), *lb = malloc(sizeof(float) * (size_t)m->n_vocab);
-    for (int t = 0; t < 2 && host && la && lb; t++) {
-        kb_kv_type kt = t ? KB_KV_F16 : KB_KV_F32;
-        model_state a, b;
-        char err[256];
-        if (model_state_init(&a, m, kb, 64, 16, NULL, kt, err, sizeof err)) break;
-        if (model_state_init(&b, m, kb, 64, 16, NULL, kt, err, sizeof err)) {
-            model_state_free(&a, kb);
-            break;
-        }
-        model_embed(m, kb, &a, tok, N);
-        model_forward_layers(m, kb, &a, N, 0, 0, m->n_layers);
-        for (int l = 0; l < m->n_layers; l++)
-            kb_kv_rows_get(kb, &a.kv[l], m->head_dim, N, host + 2 * side * l, host + 2 * side * l + side, N);
-        for (int l = 0; l < m->n_layers; l++)
-            kb_kv_rows_put(kb, &b.kv[l], m->head_dim, N, host + 2 * side * l, host + 2 * side * l + side, N);
-        model_state *st[2] = {&a, &b};
-        float *out[2] = {la, lb};
-        for (int i = 0; i < 2; i++) {
-            model_embed(m, kb, st[i], tok + N, 1);
-            model_forward_layers(m, kb, st[i], 1, N, 0, m->n_layers);
-            model_logits(m, kb, st[i], 0, 1, out[i]);
-        }
-        CHECK(!kb_error(kb) && !memcmp(la, lb, sizeof(float) * (size_t)m->n_vocab),
-              TAG ": %s: %s, %s KV: rows copied out and into a fresh state give the same next logits", base,
-              kb == p.g ? "gpu" : "cpu", t ? "F16" : "F32");
-        model_state_free(&a, kb);
-        model_state_free(&b, kb);
-    }
-    free(host);
-    free(la);
-    free(lb);
-}
-
 static void model_check(pair p, const char *path, int greedy_too) {
     loaded_model mg, mc;
     if (load(&mg, path, p.g)) return;
@@ -730,8 +686,6 @@ static void model_check(pair p, const char *path, int greedy_too) {
               base, (unsigned long long)l_none, (unsigned long long)full5, (unsigned long long)masked5);
         kv_check(p, &mg, mask, base);
     }
-    kv_rows_check(p, &mg, p.g, base);
-    kv_rows_check(p, &mc, p.c, base);
     if (greedy_too) greedy_check(p, &mg, &mc, m->n_layers >= 3 ? mask : NULL, base);
     unload(&mg, p.g);
     unload(&mc, p.c);

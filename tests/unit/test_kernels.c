@@ -170,11 +170,12 @@ static void test_quant_act(const isa *I) {
 }
 
 static void test_quant_mm(const isa *I) {
-    ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+    ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0,
+                         GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K};
     static const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 13};
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < (int)(sizeof types / sizeof *types); ti++) {
         ggml_type t = types[ti];
-        mm_rp_fn fn = t == GGML_TYPE_Q8_0 ? I->k->mm_q8_0 : t == GGML_TYPE_Q4_0 ? I->k->mm_q4_0 : I->k->mm_q4_k;
+        mm_rp_fn fn = cpu_rp_kernel(I->k, t);
         if (!fn) {
             SKIP("%s: %s is not repacked on this path (file-layout rows)", I->name, ggml_type_name(t));
             continue;
@@ -184,7 +185,7 @@ static void test_quant_mm(const isa *I) {
         int bad_repack = 0;
         for (int ci = 0; ci < 3; ci++)
             for (size_t ni = 0; ni < sizeof tokens / sizeof *tokens; ni++) {
-                int cols = t == GGML_TYPE_Q4_K ? colsv[ci] : colsv[ci] / 8 * (ci + 1) + 32, n = tokens[ni], rows = 48 + 5;
+                int cols = ggml_type_block_size(t) == 256 ? colsv[ci] : colsv[ci] / 8 * (ci + 1) + 32, n = tokens[ni], rows = 48 + 5;
                 size_t rb = ggml_row_bytes(t, (uint64_t)cols);
                 uint8_t *w = make_weight(t, rows, cols);
                 uint8_t *orig = malloc(rb * rows);
@@ -281,6 +282,55 @@ static void test_row_mm(const isa *I) {
         CHECK(worst < 2e-6, "%s: %s file-layout matmul vs dequantized weights x quantized activation, 1..37 tokens, "
                             "19 rows (worst relative error %.2g)", I->name, ggml_type_name(t), worst);
     }
+}
+
+/* AVX-VNNI's vpdpbusd gives the AVX2 kernels' sums exactly (maddubs never
+ * saturates on these operands): every integer kernel of the two tables,
+ * file-layout rows and repacked groups, returns the same bits. */
+static void test_vnni_same(const isa *A, const isa *V) {
+    static const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                      GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+                                      GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS};
+    int cols = 512, rows = 35, n = 6, differ = 0, kernels = 0;
+    float *x = malloc(sizeof(float) * cols * n), *o1 = malloc(sizeof(float) * rows * n),
+          *o2 = malloc(sizeof(float) * rows * n);
+    act_q8 a;
+    act_alloc(&a, n, cols);
+    for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
+    for (int j = 0; j < n; j++) {
+        A->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
+                        a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
+        cpu_act_sums16(a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb, cols, a.ds16 + (size_t)j * 2 * a.nb);
+    }
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        ggml_type t = types[ti];
+        size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+        uint8_t *w = make_weight(t, rows, cols);
+        mm_row_fn r1 = cpu_row_kernel(A->k, t), r2 = cpu_row_kernel(V->k, t);
+        for (int nn = 1; r1 && r2 && nn <= n; nn += n - 1) {
+            r1(w, rb, rows, &a, nn, o1, rows);
+            r2(w, rb, rows, &a, nn, o2, rows);
+            differ += memcmp(o1, o2, sizeof(float) * rows * nn) != 0;
+            kernels++;
+        }
+        mm_rp_fn p1 = cpu_rp_kernel(A->k, t), p2 = cpu_rp_kernel(V->k, t);
+        if (p1 && p2 && !repack_weight(t, w, rows, cols))
+            for (int nn = 1; nn <= n; nn += n - 1) {
+                p1(w, RP_ROWS * rb, rows / RP_ROWS, &a, nn, o1, rows);
+                p2(w, RP_ROWS * rb, rows / RP_ROWS, &a, nn, o2, rows);
+                for (int j = 0; j < nn; j++)
+                    differ += memcmp(o1 + (size_t)j * rows, o2 + (size_t)j * rows,
+                                     sizeof(float) * (rows / RP_ROWS) * RP_ROWS) != 0;
+                kernels++;
+            }
+        free(w);
+    }
+    CHECK(!differ && kernels >= 24, "%s and %s: every integer kernel gives the same bits (%d kernel runs, %d differ)",
+          A->name, V->name, kernels, differ);
+    act_free(&a);
+    free(x);
+    free(o1);
+    free(o2);
 }
 
 static void test_attention(const isa *I) {
@@ -506,8 +556,11 @@ static void test_batch_invariance(void) {
 }
 
 int main(void) {
-    isa isas[3] = {{"scalar", &cpu_kern_scalar}, {"avx2", cpu_kern_avx2()}, {"avx512", cpu_kern_avx512()}};
-    for (int i = 0; i < 3; i++) {
+    isa isas[4] = {{"scalar", &cpu_kern_scalar},
+                   {"avx2", cpu_kern_avx2()},
+                   {"avxvnni", cpu_kern_avxvnni()},
+                   {"avx512", cpu_kern_avx512()}};
+    for (int i = 0; i < 4; i++) {
         if (!isas[i].k) {
             SKIP("%s kernels: this CPU (or compiler) lacks the instructions", isas[i].name);
             continue;
@@ -519,6 +572,10 @@ int main(void) {
         test_attention(&isas[i]);
         test_elementwise(&isas[i]);
     }
+    if (isas[1].k && isas[2].k)
+        test_vnni_same(&isas[1], &isas[2]);
+    else
+        SKIP("avx2 against avxvnni: this CPU lacks one of them");
     test_pool();
     test_backend();
     test_batch_invariance();

@@ -31,13 +31,16 @@ USER_TEMPLATES = {
 }
 
 
-def render_prompt(system, user):
-    return (f"{IM_START}system\n{system}{IM_END}\n{IM_START}user\n{user}{IM_END}\n"
-            f"{IM_START}assistant\n")
+def render_history(system, history, user):
+    """The prompt of a conversation: earlier [user, answer] turns, then USER."""
+    s = f"{IM_START}system\n{system}{IM_END}\n"
+    for u, a in history:
+        s += f"{IM_START}user\n{u}{IM_END}\n{IM_START}assistant\n{a}{IM_END}\n"
+    return s + f"{IM_START}user\n{user}{IM_END}\n{IM_START}assistant\n"
 
 
 def render(ex):
-    return render_prompt(ex["system"], ex["user"]) + ex["answer"] + IM_END + "\n"
+    return render_history(ex["system"], ex.get("history", ()), ex["user"]) + ex["answer"] + IM_END + "\n"
 
 
 class Tokenizer:
@@ -61,8 +64,8 @@ class Tokenizer:
                 ids.extend(self.sp.encode(part))
         return ids
 
-    def prompt_ids(self, system, user):
-        return [self.bos] + self.encode_chat_text(render_prompt(system, user))
+    def prompt_ids(self, system, user, history=()):
+        return [self.bos] + self.encode_chat_text(render_history(system, history, user))
 
     def decode(self, ids):
         return self.sp.decode([i for i in ids if i != self.bos])

@@ -11,7 +11,13 @@ extract: valid-JSON rate, exact match (parsed object == reference), per-field
 yesno: accuracy (answer == "Yes." / "No.").
 story: mean held-out NLL per answer token (teacher-forced) and the rate of
   answers that end with <|im_end|> within 400 new tokens is not measured (slow).
+tools (v2): a call parses as <tool_call>\n{"name", "arguments"}\n</tool_call>;
+  tool choice accuracy (the right tool, or a plain reply where none fits) and
+  argument accuracy (the call's arguments equal the reference's).
+schema (v2): valid JSON object, exact match of the object.
 Generation stops at <|im_end|> (max 64 new tokens for the task prompts).
+--heldout and --tokenizer point at a v2 data run (gpu_v2.sh prepare) before
+its files are committed under models/.
 """
 import argparse
 import json
@@ -31,13 +37,20 @@ from gen import greedy_cached as greedy, load_model  # noqa: E402
 CATS = {"shipping", "returns", "product", "payment"}
 
 
+HELDOUT = os.path.join(REPO, "models", "heldout")
+
+
 def load(task, n):
-    with open(os.path.join(REPO, "models", "heldout", f"{task}.jsonl")) as f:
+    path = os.path.join(HELDOUT, f"{task}.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
         return [json.loads(l) for l in f][:n]
 
 
 def gen_answer(model, tok, ex, max_new=64):
-    out, _ = greedy(model, tok.prompt_ids(ex["system"], ex["user"]), max_new, stop_id=tok.im_end)
+    out, _ = greedy(model, tok.prompt_ids(ex["system"], ex["user"], ex.get("history", ())), max_new,
+                    stop_id=tok.im_end)
     if out and out[-1] == tok.im_end:
         out = out[:-1]
     return tok.decode(out)
@@ -67,8 +80,52 @@ def story_nll(model, tok, exs):
     return tot / cnt
 
 
+def parse_call(s):
+    """Returns (name, arguments) of a single tool call S, or None."""
+    if not (s.startswith("<tool_call>\n") and s.endswith("\n</tool_call>")):
+        return None
+    v = parse(s[len("<tool_call>\n"):-len("\n</tool_call>")])
+    if v is None or set(v) != {"name", "arguments"} or not isinstance(v["arguments"], dict):
+        return None
+    return v["name"], v["arguments"]
+
+
+def eval_tools(model, tok, exs, show):
+    valid = choice = args = calls = 0
+    for i, ex in enumerate(exs):
+        ans = gen_answer(model, tok, ex, max_new=96)
+        want = ex["meta"]["tool"]
+        c = parse_call(ans)
+        if want is None:
+            choice += c is None and "<tool_call>" not in ans
+        else:
+            calls += 1
+            valid += c is not None
+            choice += c is not None and c[0] == want
+            args += c is not None and c[0] == want and c[1] == ex["meta"]["arguments"]
+        if i < show:
+            print(f"tools: {ex['user'][:70]!r} -> {ans!r}")
+    return {"n": len(exs), "calls": calls, "valid_call": valid / max(1, calls),
+            "tool_choice_acc": choice / len(exs), "argument_acc": args / max(1, calls)}
+
+
+def eval_schema(model, tok, exs, show):
+    valid = exact = 0
+    for i, ex in enumerate(exs):
+        ans = gen_answer(model, tok, ex)
+        v = parse(ans)
+        valid += v is not None
+        exact += v == ex["meta"]
+        if i < show:
+            print(f"schema: {ex['user'][:70]!r} -> {ans!r}")
+    return {"n": len(exs), "valid_json": valid / len(exs), "exact": exact / len(exs)}
+
+
 def main():
+    global HELDOUT
     ap = argparse.ArgumentParser()
+    ap.add_argument("--heldout", default=HELDOUT, help="held-out jsonl folder")
+    ap.add_argument("--tokenizer", default=os.path.join(REPO, "models", "tokenizer.model"))
     ap.add_argument("--ckpt", default=None)
     ap.add_argument("--ckpt-dir", default="/work/ilpd-train")
     ap.add_argument("--n", type=int, default=100, help="held-out examples per task")
@@ -76,7 +133,8 @@ def main():
     ap.add_argument("--show", type=int, default=3)
     a = ap.parse_args()
     torch.set_num_threads(2)
-    tok = Tokenizer(os.path.join(REPO, "models", "tokenizer.model"))
+    HELDOUT = a.heldout
+    tok = Tokenizer(a.tokenizer)
     model, ck, path = load_model(a.ckpt, a.ckpt_dir)
     t0 = time.time()
     res = {"checkpoint": path, "step": ck["state"]["step"], "tokens": ck["state"]["tokens"]}
@@ -122,6 +180,11 @@ def main():
         if i < a.show:
             print(f"yesno: {ex['user']!r} -> {ans!r} (ref {ex['answer']})")
     res["yesno"] = {"n": len(exs), "acc": acc / len(exs), "format_ok": fmt / len(exs)}
+
+    for task, fn in (("tools", eval_tools), ("schema", eval_schema)):
+        exs = load(task, a.n)
+        if exs:
+            res[task] = fn(model, tok, exs, a.show)
 
     exs = load("story", min(a.n, 40))
     res["story"] = {"n": len(exs), "answer_nll": story_nll(model, tok, exs)}

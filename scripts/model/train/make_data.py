@@ -240,17 +240,14 @@ def rand_date(rng):
     return y, m, d
 
 
+def date_str(k, y, m, d):
+    """Date format K (0-4) of y-m-d."""
+    return [f"{y}-{m:02d}-{d:02d}", f"{MONTHS[m-1]} {d}, {y}", f"{d} {MONTHS[m-1]} {y}",
+            f"{MONTHS[m-1][:3]} {d}, {y}", f"{MONTHS[m-1]} {d} {y}"][k]
+
+
 def fmt_date(rng, y, m, d):
-    k = rng.randint(0, 4)
-    if k == 0:
-        return f"{y}-{m:02d}-{d:02d}"
-    if k == 1:
-        return f"{MONTHS[m-1]} {d}, {y}"
-    if k == 2:
-        return f"{d} {MONTHS[m-1]} {y}"
-    if k == 3:
-        return f"{MONTHS[m-1][:3]} {d}, {y}"
-    return f"{MONTHS[m-1]} {d} {y}"
+    return date_str(rng.randint(0, 4), y, m, d)
 
 
 def when(rng):
@@ -497,6 +494,11 @@ def train_tokenizer(texts, model_prefix, vocab_size):
     os.remove(tmp)
 
 
+# v2 task mix: relative shares of the task tokens (stories are the rest).
+V2_MIX = {"classify": 3, "extract": 3, "yesno": 2, "tools": 4, "schema": 2}
+V2_MULTI = 2
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/work/ilpd-train/data")
@@ -508,6 +510,8 @@ def main():
     ap.add_argument("--heldout-per-task", type=int, default=200)
     ap.add_argument("--task-frac", type=float, default=0.5, help="fraction of tokens from tasks")
     ap.add_argument("--skip-tokenizer", action="store_true")
+    ap.add_argument("--recipe", choices=("v1", "v2"), default="v1",
+                    help="v2: tasks_v2's phrasings, tools and schema JSON (demo model v2)")
     args = ap.parse_args()
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
@@ -520,13 +524,17 @@ def main():
 
     # ---- held-out sets ------------------------------------------------------
     hrng = random.Random(args.seed + 7777)
-    Ph = Pools(held=True)
-    held = {"story": [gen_story(s, hrng, exact=True) for s in held_st],
-            "classify": [], "extract": [], "yesno": []}
+    if args.recipe == "v2":
+        import tasks_v2
+        held_gens = [(t, lambda t=t: tasks_v2.GENERATORS[t](hrng, "held")) for t in tasks_v2.GENERATORS]
+    else:
+        Ph = Pools(held=True)
+        held_gens = [("classify", lambda: gen_classify(hrng, Ph)), ("extract", lambda: gen_extract(hrng, Ph)),
+                     ("yesno", lambda: gen_yesno(hrng, True))]
+    held = {"story": [gen_story(s, hrng, exact=True) for s in held_st]}
     seen = set()
-    for task, fn in (("classify", lambda: gen_classify(hrng, Ph)),
-                     ("extract", lambda: gen_extract(hrng, Ph)),
-                     ("yesno", lambda: gen_yesno(hrng, True))):
+    for task, fn in held_gens:
+        held[task] = []
         while len(held[task]) < args.heldout_per_task:
             ex = fn()
             if ex["user"] in seen:
@@ -540,26 +548,32 @@ def main():
                 f.write(json.dumps(ex, ensure_ascii=False) + "\n")
 
     # ---- training examples per epoch -----------------------------------------
-    Pt = Pools(held=False)
-    gens = [("classify", lambda r: gen_classify(r, Pt)), ("extract", lambda r: gen_extract(r, Pt)),
-            ("yesno", lambda r: gen_yesno(r, False))]
+    if args.recipe == "v2":
+        gens = [(t, lambda r, t=t: tasks_v2.GENERATORS[t](r, "train"), w) for t, w in V2_MIX.items()]
+        gens.append(("multi", lambda r: tasks_v2.multi_turn(r, "train", r.randint(2, 8)), V2_MULTI))
+    else:
+        Pt = Pools(held=False)
+        gens = [("classify", lambda r: gen_classify(r, Pt), 1), ("extract", lambda r: gen_extract(r, Pt), 1),
+                ("yesno", lambda r: gen_yesno(r, False), 1)]
     story_chars = sum(len(s) for s in train_st)
+    weight_sum = sum(w for _, _, w in gens)
 
     def epoch_examples(e):
         rng = random.Random(args.seed * 1000 + e)
         exs = [maybe_generic_system(gen_story(s, rng), rng) for s in train_st]
-        # tasks: equal chars per task kind, total ~ story chars * frac/(1-frac)
+        # tasks: chars per task kind by weight, total ~ story chars * frac/(1-frac)
         target = story_chars * args.task_frac / (1 - args.task_frac)
-        per = target / len(gens)
-        for name, g in gens:
+        for name, g, w in gens:
             c = 0
-            while c < per:
+            while c < target * w / weight_sum:
                 ex = g(rng)
                 if ex["user"] in held_users:
                     continue
-                ex = maybe_generic_system(ex, rng)
+                if args.recipe == "v1":
+                    ex = maybe_generic_system(ex, rng)
                 exs.append(ex)
-                c += len(ex["answer"]) + len(ex["user"]) + len(ex["system"]) + 60
+                c += (len(ex["answer"]) + len(ex["user"]) + len(ex["system"]) + 60
+                      + sum(len(u) + len(a) + 40 for u, a in ex.get("history", ())))
         rng.shuffle(exs)
         return exs
 
@@ -580,7 +594,7 @@ def main():
         assert tok.encode_chat_text(txt) == tok.sp.encode(txt), txt[:200]
 
     out_path = os.path.join(args.out, "train.bin")
-    tot = {"story": 0, "classify": 0, "extract": 0, "yesno": 0}
+    tot = {}
     n_docs = 0
     with open(out_path + ".tmp", "wb") as f:
         for e in range(args.epochs):
@@ -591,7 +605,7 @@ def main():
                 buf.append(tok.bos)
                 buf.extend(x)
                 if e == 0:
-                    tot[ex["task"]] += len(x) + 1
+                    tot[ex["task"]] = tot.get(ex["task"], 0) + len(x) + 1
             n_docs += len(exs)
             np.asarray(buf, dtype=np.uint16).tofile(f)
             if e == 0:
@@ -602,7 +616,7 @@ def main():
 
     # held-out token stream for the loss log
     hbuf = []
-    for task in ("story", "classify", "extract", "yesno"):
+    for task in held:
         for ex in held[task]:
             hbuf.append(tok.bos)
             hbuf.extend(tok.encode_chat_text(render(ex)))

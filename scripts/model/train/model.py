@@ -95,10 +95,14 @@ class Block(nn.Module):
         if rep > 1:
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        att = (q @ k.transpose(-2, -1)).float() * (1.0 / math.sqrt(self.hd))
-        att = att + mask
-        att = torch.softmax(att, dim=-1).to(v.dtype)
-        o = (att @ v).transpose(1, 2).reshape(B, T, c.n_heads * self.hd)
+        if cache is None and x.is_cuda and hasattr(F, "scaled_dot_product_attention"):  # fused, on a GPU
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)).float() * (1.0 / math.sqrt(self.hd))
+            att = att + mask
+            att = torch.softmax(att, dim=-1).to(v.dtype)
+            o = att @ v
+        o = o.transpose(1, 2).reshape(B, T, c.n_heads * self.hd)
         x = x + self.wo(o)
         h = self.ffn_norm(x)
         x = x + self.w2(F.silu(self.w1(h)) * self.w3(h))
@@ -128,10 +132,13 @@ class Llama(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, 0.0, 0.02)
 
-    def forward(self, idx, skip=(), return_hidden=False):
+    def forward(self, idx, skip=(), return_hidden=False, keep=None):
         """idx [B, T] -> logits [B, T, V].  skip: layer indices to bypass.
         return_hidden: also return the residual stream before each layer and
-        after the last (list of n_layers+1 tensors)."""
+        after the last (list of n_layers+1 tensors).
+        keep: training-time layer dropout, a bool tensor [n_layers, B]; a
+        sequence whose keep[i] is False passes layer i unchanged (the
+        LayerSkip recipe: the model learns to do without the layer)."""
         B, T = idx.shape
         x = self.tok_emb(idx)
         cos, sin = self.cos[:T], self.sin[:T]
@@ -142,11 +149,18 @@ class Llama(nn.Module):
                 hs.append(x)
             if i in skip:
                 continue
-            x = layer(x, cos, sin, mask)
+            if keep is None or bool(keep[i].all()):
+                x = layer(x, cos, sin, mask)
+            elif bool(keep[i].any()):
+                x = torch.where(keep[i][:, None, None], layer(x, cos, sin, mask), x)
         if return_hidden:
             hs.append(x)
         logits = self.output(self.norm(x))
         return (logits, hs) if return_hidden else logits
+
+    def exit_logits(self, h):
+        """Early exit: the shared final norm and head on a hidden state."""
+        return self.output(self.norm(h))
 
 
 @torch.no_grad()

@@ -23,6 +23,20 @@ count, the optimizer starts fresh and the LR schedule restarts (warmup, then
 cosine) over what is left of --max-tokens / --max-minutes.
 Log: <ckpt-dir>/loss.csv (step, tokens, train_seconds, lr, train_loss,
 heldout_loss, tok_per_s).
+
+Skipping recipe (demo model v2; LayerSkip, Elhoushi et al. 2024):
+  --layer-dropout P   layer i of L is dropped for a sequence with probability
+                      P * i / (L - 1) (never layer 0), so the model learns to do
+                      without its later layers;
+  --early-exit E      adds E x the mean cross-entropy of early exits (the shared
+                      final norm and head on the hidden state after layer i),
+                      weighted by depth i / (L - 1); the exits taken in a step
+                      rotate (--exit-rotation R: layers with (i + step) % R == 0,
+                      from --exit-from), so each costs one head a step.
+  Both draw from generators seeded by (--seed, step): a run is deterministic
+  per seed on one device kind (--device auto: CUDA when present).
+Data: train.bin, or train.bin.xz (decompressed into memory; this is how the
+token stream travels to a GPU machine that has no SentencePiece).
 """
 import argparse
 import csv
@@ -70,6 +84,11 @@ def get_args():
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--ffn", type=int, default=384)
     ap.add_argument("--vocab", type=int, default=0, help="0: from tokenizer model")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ap.add_argument("--layer-dropout", type=float, default=0.0, help="drop rate of the last layer")
+    ap.add_argument("--early-exit", type=float, default=0.0, help="weight of the early-exit loss")
+    ap.add_argument("--exit-rotation", type=int, default=4)
+    ap.add_argument("--exit-from", type=int, default=1, help="first layer with an early exit")
     return ap.parse_args()
 
 
@@ -89,16 +108,53 @@ def save(path, model, opt, state, cfg, args):
         os.remove(old)
 
 
+def read_tokens(data_dir, name):
+    """The uint16 token stream NAME (.bin, or .bin.xz read into memory)."""
+    path = os.path.join(data_dir, name)
+    if os.path.exists(path):
+        return np.memmap(path, dtype=np.uint16, mode="r")
+    import lzma
+    with lzma.open(path + ".xz") as f:
+        return np.frombuffer(f.read(), dtype=np.uint16)
+
+
+def layer_keep(a, L, B, step, device):
+    """Layer dropout draw for one micro-batch: bool [L, B], or None."""
+    if a.layer_dropout <= 0:
+        return None
+    g = torch.Generator().manual_seed(a.seed * 1000003 + step)
+    p = torch.tensor([a.layer_dropout * i / max(1, L - 1) for i in range(L)])
+    return (torch.rand(L, B, generator=g) >= p[:, None]).to(device)
+
+
+def skip_loss(model, xy, a, step, device):
+    """Cross-entropy of the full model on XY (with layer dropout when asked)
+    plus the weighted early-exit losses of this step's exits."""
+    L = model.c.n_layers
+    keep = layer_keep(a, L, xy.shape[0], step, device)
+    exits = [i for i in range(a.exit_from, L - 1) if (i + step) % a.exit_rotation == 0] if a.early_exit > 0 else []
+    y = xy[:, 1:].reshape(-1)
+    if not exits:
+        logits = model(xy[:, :-1], keep=keep)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y)
+    logits, hs = model(xy[:, :-1], keep=keep, return_hidden=True)
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y)
+    w = [i / (L - 1) for i in exits]
+    ex = sum(wi * F.cross_entropy(model.exit_logits(hs[i + 1]).float().reshape(-1, logits.shape[-1]), y)
+             for i, wi in zip(exits, w))
+    return loss + a.early_exit * ex / sum(w)
+
+
 @torch.no_grad()
-def eval_heldout(model, held, seq, nwin):
+def eval_heldout(model, held, seq, nwin, device="cpu"):
     model.eval()
     n = (len(held) - 1) // seq
     idx = np.linspace(0, n - 1, min(nwin, n)).astype(int)
     tot, cnt = 0.0, 0
     for j in range(0, len(idx), 8):
         xs = [held[i * seq:(i * seq) + seq + 1].astype(np.int64) for i in idx[j:j + 8]]
-        xy = torch.from_numpy(np.stack(xs))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        xy = torch.from_numpy(np.stack(xs)).to(device)
+        with torch.autocast(device, dtype=torch.bfloat16):
             logits = model(xy[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                xy[:, 1:].reshape(-1), reduction="sum")
@@ -119,12 +175,17 @@ def main():
         env = dict(os.environ, **MALLOC_ENV)
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
     a = get_args()
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    if device == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.use_deterministic_algorithms(True, warn_only=True)
     os.makedirs(a.ckpt_dir, exist_ok=True)
     data_dir = a.data_dir or os.path.join(a.ckpt_dir, "data")
-    data = np.memmap(os.path.join(data_dir, "train.bin"), dtype=np.uint16, mode="r")
-    held = np.fromfile(os.path.join(data_dir, "heldout.bin"), dtype=np.uint16)
+    data = read_tokens(data_dir, "train.bin")
+    held = np.asarray(read_tokens(data_dir, "heldout.bin"))
 
     ck_path = latest_checkpoint(a.ckpt_dir)
     if ck_path:
@@ -159,8 +220,9 @@ def main():
         model = Llama(cfg)
         state = {"step": 0, "tokens": 0, "train_seconds": 0.0, "pos": 0}
         ck = None
-    print(f"config {cfg.to_dict()}  params {n_params(model)/1e6:.3f} M  data {len(data)} tokens",
-          flush=True)
+    model.to(device)
+    print(f"config {cfg.to_dict()}  params {n_params(model)/1e6:.3f} M  data {len(data)} tokens"
+          f"  device {device}", flush=True)
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -209,11 +271,9 @@ def main():
                     p = 0
                 xs.append(np.asarray(data[p:p + seq + 1], dtype=np.int64))
                 state["pos"] = p + seq
-            xy = torch.from_numpy(np.stack(xs))
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                logits = model(xy[:, :-1])
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                   xy[:, 1:].reshape(-1))
+            xy = torch.from_numpy(np.stack(xs)).to(device)
+            with torch.autocast(device, dtype=torch.bfloat16):
+                loss = skip_loss(model, xy, a, state["step"] * (B // mb) + m0 // mb, device)
             (loss * (mb / B)).backward()
             tot_loss += loss.item() * mb / B
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
@@ -227,7 +287,7 @@ def main():
         win_n += 1
         if state["step"] % a.eval_every == 0 or state["step"] == 1 or progress() >= 1.0:
             tps = win_tok / max(1e-9, time.time() - win_t)
-            hl = eval_heldout(model, held, seq, a.eval_windows)
+            hl = eval_heldout(model, held, seq, a.eval_windows, device)
             tl = win_loss / win_n
             w.writerow([state["step"], state["tokens"], f"{state['train_seconds']:.1f}",
                         f"{lr:.3e}", f"{tl:.4f}", f"{hl:.4f}", f"{tps:.0f}"])

@@ -1,0 +1,442 @@
+"""Demo model v2 tasks: many phrasings per intent, unseen-template held-out
+splits, tool calling and schema-following JSON (make_data.py --recipe v2).
+
+Every generator takes (rng, split) with split "train" or "held". Held-out
+examples differ from training ones in the template itself, not only in the
+fillers: each template list is split by index (every 4th template is held
+out), and the entity pools of make_data.Pools are split as in v1.
+
+Example shape (chat.render understands it):
+  {"task", "system", "user", "answer", "history": [[user, answer], ...]?,
+   "meta": {...}?}  meta carries what the evaluation checks (the expected
+   category, fields, tool name and arguments).
+
+Tools are rendered exactly as engine/chat.c renders them for the ChatML
+family (Qwen2.5's Hermes convention), so a request with `tools` through the
+server sees the text the model was trained on: tools_system() below and
+TOOL_NOTE are the two places to keep in step with chat.c.
+"""
+import json
+
+from make_data import (CLASSIFY_T, CLOSERS, EXTRACT_NODATE, EXTRACT_T, MONTHS, OPENERS, Pools,
+                       date_str, fill, fmt_money, money, order_number, rand_date)
+
+
+def held_split(items, split, every=4, phase=1):
+    """Every EVERY-th item (from PHASE) is held out; the rest trains."""
+    held = split == "held"
+    return [x for i, x in enumerate(items) if (i % every == phase) == held]
+
+
+def pools(split):
+    return Pools(held=split == "held")
+
+
+# --------------------------------------------------------------------------
+# Surface noise: case, typos, punctuation, spacing. PROTECT holds substrings
+# (order numbers, amounts, dates) that must survive unchanged.
+# --------------------------------------------------------------------------
+def typo(word, rng):
+    i = rng.randrange(len(word) - 1)
+    k = rng.randrange(3)
+    if k == 0:
+        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
+    if k == 1:
+        return word[:i] + word[i + 1:]
+    return word[:i] + word[i] + word[i:]
+
+
+def noisy(text, rng, protect=()):
+    words = text.split(" ")
+    rate = rng.choice([0.0, 0.0, 0.02, 0.05, 0.1])
+    out = []
+    for w in words:
+        if rate and w.isalpha() and len(w) > 3 and not any(w in p for p in protect) and rng.random() < rate:
+            w = typo(w, rng)
+        out.append(w)
+    s = " ".join(out)
+    r = rng.random()
+    if r < 0.15:
+        s = s.lower()
+    elif r < 0.2:
+        s = s.upper() if not protect else s
+    if rng.random() < 0.2:
+        s = s.rstrip(".!?")
+    if rng.random() < 0.1:
+        s = s.replace(". ", ".  ")
+    for p in protect:  # case changes must not touch the values
+        low = s.lower().find(p.lower())
+        if low >= 0:
+            s = s[:low] + p + s[low + len(p):]
+    return s
+
+
+# --------------------------------------------------------------------------
+# classify: v1's 41 templates plus paraphrases in other registers
+# --------------------------------------------------------------------------
+CLASSIFY_T2 = CLASSIFY_T + [
+    ("shipping", 0.9, "hey where's my stuff?? ordered the {product} {when}, still nothing"),
+    ("shipping", 0.9, "Tracking for {order} has said 'in transit' for a week now."),
+    ("shipping", 0.8, "I moved to {place}. Can the {product} go to my new address instead?"),
+    ("shipping", 0.9, "Could you tell me the delivery date for order {order}?"),
+    ("shipping", 0.95, "My parcel is lost. {carrier} says they handed it over but I have nothing."),
+    ("shipping", 0.8, "Is it possible to pick up the {product} in store instead of waiting for delivery?"),
+    ("shipping", 0.9, "The box for order {order} arrived without the {product} inside, only the packing slip, and the courier marked it delivered {when}."),
+    ("shipping", 0.9, "Do you ship to {place}?"),
+    ("returns", 0.9, "the {product} is too small, how do i send it back"),
+    ("returns", 0.95, "I would like my money back for the {product}, I am returning it."),
+    ("returns", 0.9, "Can I exchange order {order} for a different size?"),
+    ("returns", 0.8, "Bought the {product} as a gift and they already have one. What now?"),
+    ("returns", 0.9, "Where do I drop off a return? It's the {product} from order {order}."),
+    ("returns", 0.95, "Return request: {product}, order {order}, unused and in the original box."),
+    ("returns", 0.9, "I sent the {product} back to you {when}. When will the refund show up?"),
+    ("returns", 0.8, "I changed my mind about the {color} {product}, can I undo the purchase?"),
+    ("product", 0.9, "how many watts is the {product}"),
+    ("product", 0.95, "Can you explain how the warranty on the {product} works?"),
+    ("product", 0.9, "Is the {product} safe to put in the dishwasher?"),
+    ("product", 0.8, "The {product} arrived fine but the button on top is loose."),
+    ("product", 0.9, "Which {product} would you recommend for a small apartment?"),
+    ("product", 0.9, "What material is the {product} made of?"),
+    ("product", 0.95, "Is there a newer model of the {product} coming out?"),
+    ("product", 0.8, "My {product} will not turn on even after charging it all night."),
+    ("payment", 0.9, "you charged my card {amount} twice!!"),
+    ("payment", 0.95, "Can I change the payment method on order {order} to {pay}?"),
+    ("payment", 0.9, "The checkout page keeps saying 'payment failed' for the {product}."),
+    ("payment", 0.9, "Why is there a pending charge of {amount} on my account?"),
+    ("payment", 0.8, "My bank says the payment of {amount} went through but your site says unpaid."),
+    ("payment", 0.95, "Do you accept {pay} for orders over {amount}?"),
+    ("payment", 0.9, "Please send me a receipt for the {amount} I paid."),
+    ("payment", 0.9, "Was sales tax included in the {amount} you charged me?"),
+]
+CLASSIFY_ASK = [
+    "Classify this customer message as shipping, returns, product or payment.\nMessage: {message}",
+    "Which category does this message belong to: shipping, returns, product or payment?\nMessage: {message}",
+    "{message}\n\nCategorize the message above as shipping, returns, product or payment.",
+    "Label the ticket (shipping / returns / product / payment).\n\n{message}",
+    "Customer wrote: \"{message}\"\nWhat is the category? Options: shipping, returns, product, payment.",
+    "Sort this into shipping, returns, product or payment: {message}",
+    "Message from a customer:\n{message}\nGive the category (shipping, returns, product, payment) as JSON.",
+    "classify: {message}",
+]
+SYS_CLASSIFY = ["You are a customer support assistant. Classify the message. Reply only with JSON.",
+                "You route support tickets. Answer with JSON only.",
+                "You are a helpful assistant."]
+
+
+def gen_classify(rng, split):
+    P = pools(split)
+    cat, conf, t = rng.choice(held_split(CLASSIFY_T2, split))
+    op, cl = rng.choice(OPENERS), rng.choice(CLOSERS)
+    if op.endswith(", "):
+        t = t[0].lower() + t[1:]
+    msg = noisy(fill(op + t + cl, rng, P), rng)
+    user = rng.choice(held_split(CLASSIFY_ASK, split)).format(message=msg)
+    ans = json.dumps({"category": cat, "confidence": conf})
+    return {"task": "classify", "system": rng.choice(SYS_CLASSIFY), "user": user, "answer": ans,
+            "meta": {"category": cat}}
+
+
+# --------------------------------------------------------------------------
+# extract: more templates, more value formats
+# --------------------------------------------------------------------------
+EXTRACT_T2 = EXTRACT_T + [
+    "order {order}, paid {amount} on {date}. still waiting",
+    "I'm writing about my purchase from {date}. Order no. {order}, total was {amount}.",
+    "Total {amount} | Order {order} | Date {date} | Item: {product}",
+    "On {date} my card was charged {amount} for order {order}; the {product} never came.",
+    "Order ID {order} - {amount} - {date}. Please advise.",
+    "It was {date} when I ordered the {product}. I paid {amount}. My order is {order}.",
+    "Hello! The order {order} I made on {date} ({amount}) has a problem with the {product}.",
+    "Refund please: {order}, {amount}, bought {date}",
+]
+EXTRACT_NODATE2 = EXTRACT_NODATE + [
+    "order {order} - {amount} - the {product} is broken",
+    "I was charged {amount} for {order}, can you check why?",
+    "Hi, {order} cost me {amount} and I want to cancel it.",
+]
+EXTRACT_ASK = [
+    "Extract the order number, date and amount from this message as JSON.\nMessage: {message}",
+    "Pull out order_number, date (YYYY-MM-DD) and amount from the message below.\n\n{message}",
+    "{message}\n\nGive me the order number, the date and the amount as JSON.",
+    "From this customer email, extract the order details as JSON: {message}",
+    "Message: {message}\nReturn JSON with order_number, date and amount.",
+    "What are the order number, date and amount here? {message}",
+    "Parse the order info (order_number, date, amount) from: \"{message}\"",
+    "extract order details -> json\n{message}",
+]
+SYS_EXTRACT = ["You are a customer support assistant. Extract the order details. Reply only with JSON.",
+               "You turn customer emails into structured data. Reply only with JSON.",
+               "You are a helpful assistant."]
+
+
+def ordinal(d):
+    return f"{d}{'th' if 10 <= d % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(d % 10, 'th')}"
+
+
+def fmt_date2(rng, y, m, d):
+    k = rng.randrange(9)
+    if k < 5:
+        return date_str(k, y, m, d)
+    if k == 5:
+        return f"{MONTHS[m-1]} {ordinal(d)}, {y}"
+    if k == 6:
+        return f"the {ordinal(d)} of {MONTHS[m-1]} {y}"
+    if k == 7:
+        return f"{y}/{m:02d}/{d:02d}"
+    return f"{MONTHS[m-1][:3].lower()} {d} {y}"
+
+
+def order_number2(rng):
+    k = rng.random()
+    if k < 0.8:
+        return order_number(rng)
+    if k < 0.9:
+        return f"ORD-{rng.randint(2022, 2025)}-{rng.randint(1000, 99999)}"
+    return f"#{rng.randint(10000, 9999999)}"
+
+
+def fmt_money2(rng, v):
+    if v >= 1000 and rng.random() < 0.5:
+        return f"${v:,.2f}"
+    return fmt_money(rng, v)
+
+
+def gen_extract(rng, split):
+    P = pools(split)
+    y, m, d = rand_date(rng)
+    amt = money(rng, 5, 2000)
+    order = order_number2(rng)
+    nodate = rng.random() < 0.12
+    t = rng.choice(held_split(EXTRACT_NODATE2 if nodate else EXTRACT_T2, split))
+    ds, ms = fmt_date2(rng, y, m, d), fmt_money2(rng, amt)
+    msg = t.format(order=order, date=ds, amount=ms, product=rng.choice(P.products))
+    op, cl = rng.choice(OPENERS[:6]), rng.choice(CLOSERS)
+    if op.endswith(", "):
+        msg = msg[0].lower() + msg[1:]
+    msg = noisy(op + msg + cl.format(name=rng.choice(P.names)), rng, protect=(order, ds, ms))
+    ans = {"order_number": order, "date": None if nodate else f"{y}-{m:02d}-{d:02d}", "amount": amt}
+    user = rng.choice(held_split(EXTRACT_ASK, split)).format(message=msg)
+    return {"task": "extract", "system": rng.choice(SYS_EXTRACT), "user": user, "answer": json.dumps(ans),
+            "meta": ans}
+
+
+# --------------------------------------------------------------------------
+# yes/no: v1's questions with more phrasings (held out by phrasing)
+# --------------------------------------------------------------------------
+YESNO_WRAP = ["{q}", "{q}", "Quick question: {q}", "{q} Answer yes or no.", "I wonder... {q}",
+              "Please answer: {q}", "{q} Just yes or no please.", "Hey, {ql}"]
+
+
+def gen_yesno(rng, split):
+    from make_data import gen_yesno as v1
+    ex = v1(rng, split == "held")
+    q = ex["user"]
+    w = rng.choice(held_split(YESNO_WRAP, split))
+    user = noisy(w.format(q=q, ql=q[0].lower() + q[1:]), rng)
+    sysp = rng.choice(["Answer the question with Yes. or No.", "Reply with Yes. or No. only.",
+                       "You are a helpful assistant."])
+    return {"task": "yesno", "system": sysp, "user": user, "answer": ex["answer"],
+            "meta": {"answer": ex["answer"]}}
+
+
+# --------------------------------------------------------------------------
+# Tools. Each tool: its definition (the OpenAI shape chat.c prints) and
+# request templates whose slots become the arguments, in schema order.
+# --------------------------------------------------------------------------
+def obj(props, required):
+    return {"type": "object", "properties": props, "required": required}
+
+
+S = {"type": "string"}
+CITIES = ["Paris", "Tokyo", "Berlin", "Lagos", "Lima", "Oslo", "Austin", "Cairo", "Seoul", "Quebec",
+          "Dublin", "Madrid", "Nairobi", "Denver", "Hanoi", "Porto", "Krakow", "Perth", "Manila", "Boston"]
+TOPICS = ["call the dentist", "buy milk", "send the report", "water the plants", "pay rent",
+          "pick up the kids", "book flights", "renew my passport", "feed the cat", "back up the laptop"]
+TIMES = ["9:00", "7:30", "18:45", "12:15", "21:00", "8:05", "16:20", "10:40"]
+CURR = ["USD", "EUR", "GBP", "JPY", "CAD", "CHF", "INR", "AUD"]
+TOOLS = [
+    {"name": "get_weather", "description": "Get the current weather for a city.",
+     "parameters": obj({"city": S, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, ["city"]),
+     "asks": ["What's the weather in {city}?", "Is it raining in {city} right now?",
+              "how hot is it in {city} today", "Weather for {city} in {unit}, please.",
+              "Do I need a jacket in {city}?", "Tell me the temperature in {city} in {unit}.",
+              "{city} weather?", "Can you check the forecast for {city}?"]},
+    {"name": "get_order_status", "description": "Look up the status of an order by its number.",
+     "parameters": obj({"order_number": S}, ["order_number"]),
+     "asks": ["Where is my order {order_number}?", "Status of order {order_number}?",
+              "Has {order_number} shipped yet?", "can you track {order_number} for me",
+              "I'd like an update on order {order_number}.", "Check order {order_number} please."]},
+    {"name": "create_return", "description": "Start a return for an order.",
+     "parameters": obj({"order_number": S, "reason": S}, ["order_number", "reason"]),
+     "asks": ["I want to return order {order_number} because it {reason}.",
+              "Return {order_number}: it {reason}.", "Please start a return for {order_number}, it {reason}.",
+              "order {order_number} {reason}, I want to send it back",
+              "Can I return {order_number}? It {reason}."]},
+    {"name": "search_products", "description": "Search the catalogue.",
+     "parameters": obj({"query": S, "max_price": {"type": "number"}}, ["query"]),
+     "asks": ["Find me a {query} under {max_price} dollars.", "Do you sell a {query}?",
+              "Search for {query} cheaper than ${max_price}.", "show me {query} options",
+              "I'm looking for a {query}, budget {max_price}.", "Any {query} in stock?"]},
+    {"name": "convert_currency", "description": "Convert an amount between currencies.",
+     "parameters": obj({"amount": {"type": "number"}, "from": S, "to": S}, ["amount", "from", "to"]),
+     "asks": ["Convert {amount} {from} to {to}.", "How much is {amount} {from} in {to}?",
+              "{amount} {from} -> {to}?", "What do {amount} {from} come to in {to}?",
+              "change {amount} {from} into {to}"]},
+    {"name": "set_reminder", "description": "Set a reminder at a time of day.",
+     "parameters": obj({"time": S, "text": S}, ["time", "text"]),
+     "asks": ["Remind me to {text} at {time}.", "Set a reminder for {time}: {text}.",
+              "at {time} remind me to {text}", "Please remind me at {time} to {text}.",
+              "Don't let me forget to {text}, {time}."]},
+    {"name": "book_table", "description": "Book a restaurant table.",
+     "parameters": obj({"restaurant": S, "people": {"type": "integer"}, "time": S},
+                       ["restaurant", "people", "time"]),
+     "asks": ["Book a table at {restaurant} for {people} at {time}.",
+              "Table for {people} at {restaurant}, {time} please.",
+              "Can you reserve {restaurant} for {people} people at {time}?",
+              "get us a table for {people} at {restaurant} around {time}"]},
+    {"name": "send_email", "description": "Send an email.",
+     "parameters": obj({"to": S, "subject": S}, ["to", "subject"]),
+     "asks": ["Email {to} about {subject}.", "Send a mail to {to} with the subject {subject}.",
+              "write to {to}: subject {subject}", "Please email {to} regarding {subject}."]},
+]
+RESTAURANTS = ["Luigi's", "the Green Bowl", "Sakura", "Casa Lola", "the Old Mill", "Blue Door",
+               "Pho 88", "Kebab House", "Chez Marie", "the Harbour Grill"]
+REASONS = ["arrived broken", "is the wrong size", "stopped working", "was not what I ordered",
+           "is missing parts", "came too late"]
+EMAILS = ["anna@example.com", "ben.k@example.org", "sales@shop.example", "tom@example.net",
+          "hr@company.example", "maya.r@example.com"]
+SUBJECTS = ["the meeting", "my invoice", "the trip", "next week", "the contract", "lunch"]
+QUERIES = ["rain jacket", "desk lamp", "yoga mat", "coffee maker", "phone charger", "backpack",
+           "air fryer", "wool sweater", "tent", "headphones"]
+
+
+def tool_slots(name, rng, P):
+    """Returns the argument values of one request for tool NAME."""
+    if name == "get_weather":
+        return {"city": rng.choice(CITIES), "unit": rng.choice(["celsius", "fahrenheit"])}
+    if name in ("get_order_status", "create_return"):
+        return {"order_number": order_number(rng), "reason": rng.choice(REASONS)}
+    if name == "search_products":
+        return {"query": rng.choice(QUERIES + P.products), "max_price": rng.choice([20, 50, 75, 100, 150, 300])}
+    if name == "convert_currency":
+        a, b = rng.sample(CURR, 2)
+        return {"amount": rng.choice([10, 25, 40, 99.5, 120, 250, 1000]), "from": a, "to": b}
+    if name == "set_reminder":
+        return {"time": rng.choice(TIMES), "text": rng.choice(TOPICS)}
+    if name == "book_table":
+        return {"restaurant": rng.choice(RESTAURANTS), "people": rng.randint(1, 8), "time": rng.choice(TIMES)}
+    return {"to": rng.choice(EMAILS), "subject": rng.choice(SUBJECTS)}
+
+
+def tool_def(t):
+    return {"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                             "parameters": t["parameters"]}}
+
+
+def tools_system(system, tools, note=""):
+    """The system turn chat.c renders for ChatML with TOOLS (json.dumps
+    separators, one tool a line) and the tool_choice NOTE."""
+    s = (system + "\n\n" if system else "") + (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+    for t in tools:
+        s += "\n" + json.dumps(tool_def(t))
+    s += ("\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+          "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+          "\"arguments\": <args-json-object>}\n</tool_call>")
+    return s + ("\n\n" + note if note else "")
+
+
+def tool_call_text(name, args):
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+
+TOOL_RESULT = {
+    "get_weather": ("{{\"temperature\": {t}, \"conditions\": \"{c}\"}}", "It is {t} degrees and {c} in {city}."),
+    "get_order_status": ("{{\"status\": \"{c}\"}}", "Order {order_number} is {c}."),
+    "convert_currency": ("{{\"result\": {t}}}", "{amount} {from} is {t} {to}."),
+}
+NO_TOOL = ["Tell me a joke.", "What is your name?", "Thanks, that is all.", "Good morning!",
+           "Who are you?", "ok bye"]
+
+
+def gen_tools(rng, split):
+    """A request with 1-4 tools on offer. 85%: the user asks for one of them
+    and the answer is its call; otherwise a plain reply. 30% of calls with a
+    result template get a second turn: the result, then a sentence."""
+    P = pools(split)
+    tools = rng.sample(TOOLS, rng.randint(1, min(4, len(TOOLS))))
+    target = rng.choice(tools)
+    note = rng.choice(["", "", "", "You must call at least one function.", "Call at most one function.",
+                       f"You must call the function {target['name']}."])
+    base = rng.choice(["", "", "You are a helpful assistant."])
+    sysp = tools_system(base, tools, note)
+    # the request that renders as this example (tests/t_demo_format.py checks it through the server)
+    req = {"system": base, "tools": [t["name"] for t in tools], "note": note}
+    if not note and rng.random() < 0.15:
+        return {"task": "tools", "system": sysp, "user": noisy(rng.choice(NO_TOOL), rng),
+                "answer": rng.choice(["Hello! How can I help you today?", "I can help with the tools listed."]),
+                "meta": {"tool": None}, "request": req}
+    v = tool_slots(target["name"], rng, P)
+    ask = rng.choice(held_split(target["asks"], split, every=3, phase=2))
+    user = noisy(ask.format(**v), rng, protect=tuple(str(x) for x in v.values()))
+    props = target["parameters"]["properties"]
+    args = {k: v[k] for k in props if k in target["parameters"]["required"] or "{" + k + "}" in ask}
+    ex = {"task": "tools", "system": sysp, "user": user, "answer": tool_call_text(target["name"], args),
+          "meta": {"tool": target["name"], "arguments": args}, "request": req}
+    res = TOOL_RESULT.get(target["name"])
+    if res and rng.random() < 0.3:
+        fills = dict(v, t=rng.randint(-5, 35), c=rng.choice(["sunny", "cloudy", "shipped", "delivered"]))
+        ex["history"] = [[user, ex["answer"]]]
+        req.update(call={"name": target["name"], "input": args}, result=res[0].format(**fills))
+        ex["user"] = "<tool_response>\n" + req["result"] + "\n</tool_response>"
+        ex["answer"] = res[1].format(**fills)
+        ex["meta"] = {"tool": None}
+    return ex
+
+
+# --------------------------------------------------------------------------
+# JSON that follows a schema given in the system prompt (or asked for in
+# words); the answer's keys come in the schema's order.
+# --------------------------------------------------------------------------
+FIELDS = {
+    "name": lambda rng, P: rng.choice(P.names),
+    "email": lambda rng, P: rng.choice(EMAILS),
+    "product": lambda rng, P: rng.choice(P.products),
+    "quantity": lambda rng, P: rng.randint(1, 12),
+    "city": lambda rng, P: rng.choice(CITIES),
+    "order_number": lambda rng, P: order_number(rng),
+}
+FIELD_TEXT = {"name": "My name is {v}.", "email": "You can reach me at {v}.", "product": "I want the {v}.",
+              "quantity": "I need {v} of them.", "city": "I live in {v}.", "order_number": "It is about order {v}."}
+SCHEMA_ASK = ["Reply only with JSON that follows this schema:\n{schema}",
+              "Answer with a JSON object matching the schema {schema}",
+              "Output JSON only. Schema: {schema}",
+              "Fill in this JSON schema from the user's message: {schema}"]
+
+
+def gen_schema(rng, split):
+    P = pools(split)
+    keys = rng.sample(list(FIELDS), rng.randint(2, 4))
+    vals = {k: FIELDS[k](rng, P) for k in keys}
+    props = {k: {"type": "integer"} if k == "quantity" else {"type": "string"} for k in keys}
+    schema = json.dumps({"type": "object", "properties": props, "required": keys})
+    sentences = [FIELD_TEXT[k].format(v=vals[k]) for k in keys]
+    rng.shuffle(sentences)
+    user = noisy(" ".join(sentences), rng, protect=tuple(str(v) for v in vals.values()))
+    sysp = rng.choice(held_split(SCHEMA_ASK, split)).format(schema=schema)
+    return {"task": "schema", "system": sysp, "user": user, "answer": json.dumps(vals), "meta": vals}
+
+
+GENERATORS = {"classify": gen_classify, "extract": gen_extract, "yesno": gen_yesno,
+              "tools": gen_tools, "schema": gen_schema}
+
+
+def multi_turn(rng, split, n):
+    """N task turns in one conversation under a generic system prompt (longer
+    documents, so the 2,048-token context is trained on real turns)."""
+    turns = [GENERATORS[rng.choice(["classify", "extract", "yesno"])](rng, split) for _ in range(n)]
+    last = turns[-1]
+    return {"task": last["task"], "system": "You are a helpful assistant.", "user": last["user"],
+            "answer": last["answer"], "history": [[t["user"], t["answer"]] for t in turns[:-1]],
+            "meta": last.get("meta")}

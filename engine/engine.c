@@ -924,8 +924,14 @@ static int cache_ok(const pcache_entry *en, void *ud) {
 }
 
 /* Copies HIT's rows into the layers of ST that have a KV cache and are not
- * LOADED yet. Returns 0, or -1 when HIT lacks one of those layers. */
-static int cache_load(engine *e, model_state *st, const pcache_entry *hit, uint8_t *loaded) {
+ * LOADED yet. FINAL: ST's layers are the request's final ones, and HIT must
+ * have been computed with exactly those (a layer's KV depends on every
+ * layer below it: an entry that computed a layer the request skips holds
+ * other values for the layers above). Returns 0, or -1 when HIT lacks one
+ * of those layers or, when FINAL, holds one more. */
+static int cache_load(engine *e, model_state *st, const pcache_entry *hit, uint8_t *loaded, int final) {
+    for (int l = 0; final && l < st->n_layers; l++)
+        if (hit->has[l] != (st->kv[l].k != NULL)) return -1;
     for (int l = 0; l < st->n_layers; l++) {
         if (!st->kv[l].k || loaded[l]) continue;
         if (!hit->has[l]) return -1;
@@ -1035,7 +1041,7 @@ restart: /* without the cache, when its entry lacks a layer this request compute
         goto error;
     }
     have_state = 1;
-    if (hit && cache_load(e, &st, hit, loaded)) hit = NULL;
+    if (hit && cache_load(e, &st, hit, loaded, !probing)) hit = NULL; /* probing: layers 0..k-1 so far */
     if (hit) {
         memcpy(&sums, hit->extra, sizeof sums);
         memcpy(krow, (const char *)hit->extra + sizeof sums, (size_t)m->dim * sizeof *krow);
@@ -1046,7 +1052,7 @@ restart: /* without the cache, when its entry lacks a layer this request compute
     arm_kernel_fault(e, 0);
     model_embed(m, e->kb, &st, prompt + p, rows);
     rc = decide_mask(e, &st, rows, p, &sums, krow, gp, cb, g.logits, &spec, res);
-    if (rc == 0 && hit && cache_load(e, &st, hit, loaded)) {
+    if (rc == 0 && hit && cache_load(e, &st, hit, loaded, 1)) {
         model_state_free(&st, e->kb);
         have_state = 0;
         hit = NULL;

@@ -9,8 +9,9 @@
  *    the cache, in lossless, approximate and off mode, while turns 2 and 3
  *    read the earlier prompt from the cache; another tenant reads nothing;
  *    a kept prompt that lacks a layer the request computes (approximate
- *    mode with a forced mask) is not used, and the answer is still the
- *    same; a prompt only a few tokens longer than a kept one prefills whole.
+ *    mode with a forced mask) is not used, nor one computed with a layer the
+ *    request skips (a layer's KV depends on every layer below it), and the
+ *    answer is still the same; a prompt only a few tokens longer than a kept one prefills whole.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +222,17 @@ static void test_engine(int kv_f16) {
     run(cached, pr, n, gp, &b, &rb);
     CHECK(same(&a, &ra, &b, &rb, L) && rb.n_cache_read == 0,
           "a kept prompt that lacks a layer the request computes is not used; the answer is the uncached one (read %d)",
+          rb.n_cache_read);
+    /* a kept prompt computed with a layer the request skips: its KV above
+     * that layer saw another input, so it is not used either */
+    gp = (engine_gen_params){.max_tokens = 8, .top_p = 1, .skip_mode = ENGINE_SKIP_OFF, .cache_key = 11};
+    run(cached, p1, n1, gp, &b, &rb);
+    gp = (engine_gen_params){.max_tokens = 24, .top_p = 1, .skip_mode = ENGINE_SKIP_APPROXIMATE, .layer_mask = mask,
+                             .cache_key = 11};
+    run(plain, pr, n, gp, &a, &ra);
+    run(cached, pr, n, gp, &b, &rb);
+    CHECK(same(&a, &ra, &b, &rb, L) && rb.n_cache_read == 0,
+          "a kept prompt computed with a layer the request skips is not used; the answer is the uncached one (read %d)",
           rb.n_cache_read);
     /* a few tokens more than a kept prompt: prefilled whole */
     gp = (engine_gen_params){.max_tokens = 4, .top_p = 1, .skip_mode = ENGINE_SKIP_OFF, .cache_key = 10};

@@ -377,8 +377,8 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx) {
     for (int k = 0; k < hd / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / hd);
     kb_attn_shape s = {H, KVH, hd, 0, inv};
     size_t kvb = kb_kv_bytes(kt, ctx, kvd);
-    kb_kv cg = {p.g->alloc(p.g, kvb), p.g->alloc(p.g, kvb), kt, ctx, kvd};
-    kb_kv cc = {p.c->alloc(p.c, kvb), p.c->alloc(p.c, kvb), kt, ctx, kvd};
+    kb_kv cg = {p.g->alloc(p.g, kvb), p.g->alloc(p.g, kvb), kt, ctx, kvd, hd};
+    kb_kv cc = {p.c->alloc(p.c, kvb), p.c->alloc(p.c, kvb), kt, ctx, kvd, hd};
     kb_scratch_shape sh = {64, 64, ctx, &s};
     int ok = cg.k && cg.v && cc.k && cc.v && p.g->reserve(p.g, &sh) == 0 && p.c->reserve(p.c, &sh) == 0;
     if (!ok) CHECK(0, TAG ": attention: out of memory for the KV caches");

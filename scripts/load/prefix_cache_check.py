@@ -52,7 +52,7 @@ def ask(s, system, msgs, max_tokens):
     r = c.getresponse()
     first, raw = None, b""
     while True:
-        line = r.fp.readline()
+        line = r.readline()
         if not line:
             break
         if first is None and line.startswith(b"event: content_block_delta"):

@@ -62,12 +62,6 @@ static inline int rp32_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t ==
 static inline int rp32_has_bits(ggml_type t) { return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1; }
 static inline int rp32_mask_off(ggml_type t) { return rp32_has_min(t) ? 64 : 32; }
 static inline int rp32_chunk_off(ggml_type t) { return rp32_mask_off(t) + (rp32_has_bits(t) ? 64 : 0); }
-/* Q4_K's x16 super-block (2304 bytes): d[16], dmin[16], the 6-bit scales
- * and mins (low 4 bits at 64 + 16j + r, high 2 bits at 192), then chunks c
- * (64 values) of 8 x (16 rows x 4 bytes) at 256 + 64 (8c + k). Q5_K is the
- * same followed by its fifth bits as masks of 64 bits, one per (c, k, low
- * or high nibble) at RPK_MASKS + 8 (2 (8c + k) + h), bit 4r + i. */
-#define RPK_MASKS 2304
 
 /* A quantized activation: n tokens of COLS values (cols % 32 == 0).
  * Token t's values are qs[t*cols ...] = round(x / d), |q| <= 127, and for
@@ -107,7 +101,7 @@ typedef struct {
     const char *name;
     mm_float_fn mm_f32, mm_f16, mm_bf16;
     /* NULL: that type is not repacked (file-layout rows) */
-    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_iq4_nl, mm_q5_0, mm_q4_1, mm_q5_1, mm_q5_k;
+    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_iq4_nl, mm_q5_0, mm_q4_1, mm_q5_1;
     /* Rows of a block type in the file layout (not repacked), indexed by
      * the ggml type: see mm_row_fn; NULL: the rows are dequantized instead. */
     mm_row_fn mm_row[CPU_ROW_TYPES];

@@ -379,10 +379,8 @@ static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
     for (int j = 0; j < TT; j++) _mm512_storeu_ps(out + (size_t)(t0 + j) * ldo, accf[j]);
 }
 
-/* Q4_K, or Q5_K (Q5: 16 added under its fifth-bit masks): 16 rows x TT tokens. */
-static AI T512 void q4k_tile(int Q5, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
     const int nb = a->nb, nsb = nb / 8;
-    const __m512i c16 = _mm512_set1_epi8(16);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi32(3), m15 = _mm512_set1_epi32(15);
     const int8_t *aq[4];
     const float *ad[4], *ads[4];
@@ -394,7 +392,7 @@ static AI T512 void q4k_tile(int Q5, int TT, const uint8_t *g, const act_q8 *a, 
         accf[j] = _mm512_setzero_ps();
     }
     for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *o = g + (size_t)sb * 16 * (Q5 ? 176 : 144);
+        const uint8_t *o = g + (size_t)sb * 16 * 144;
         __m512 accsc[4], accm[4];
         for (int j = 0; j < TT; j++) accsc[j] = accm[j] = _mm512_setzero_ps();
         for (int c = 0; c < 4; c++) {
@@ -404,12 +402,6 @@ static AI T512 void q4k_tile(int Q5, int TT, const uint8_t *g, const act_q8 *a, 
             for (int k = 0; k < 8; k++) {
                 __m512i L = _mm512_loadu_si512((const void *)(q + 64 * k));
                 __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
-                if (Q5) {
-                    __mmask64 ml = _load_mask64((__mmask64 *)(o + RPK_MASKS + 16 * (8 * c + k)));
-                    __mmask64 mh = _load_mask64((__mmask64 *)(o + RPK_MASKS + 16 * (8 * c + k) + 8));
-                    lo = _mm512_mask_add_epi8(lo, ml, lo, c16);
-                    hi = _mm512_mask_add_epi8(hi, mh, hi, c16);
-                }
                 for (int j = 0; j < TT; j++) {
                     const int8_t *ab = aq[j] + 256 * sb + 64 * c + 4 * k;
                     accA[j] = _mm512_dpbusd_epi32(accA[j], lo, _mm512_set1_epi32(ld32(ab)));
@@ -469,8 +461,7 @@ static AI T512 void q4k_tile(int Q5, int TT, const uint8_t *g, const act_q8 *a, 
 #define Q41_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q51_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q80_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q8_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q4K_CALL(T) if ((T) <= 4) q4k_tile(0, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
-#define Q5K_CALL(T) if ((T) <= 4) q4k_tile(1, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
+#define Q4K_CALL(T) if ((T) <= 4) q4k_tile((T) > 4 ? 4 : (T), gp, a, t, og, ldo)
 RP_DRIVER(mm_q4_0, Q40_CALL, 8)
 RP_DRIVER(mm_iq4_nl, NL_CALL, 8)
 RP_DRIVER(mm_q5_0, Q50_CALL, 8)
@@ -478,7 +469,6 @@ RP_DRIVER(mm_q4_1, Q41_CALL, 8)
 RP_DRIVER(mm_q5_1, Q51_CALL, 8)
 RP_DRIVER(mm_q8_0, Q80_CALL, 8)
 RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
-RP_DRIVER(mm_q5_k, Q5K_CALL, 4)
 
 /* Q6_K rows in the file layout: per super-block the 6-bit values are
  * rebuilt in order, 64 at a time (low nibbles from ql, 2 high bits from
@@ -804,7 +794,6 @@ static const cpu_kern kern = {
     .mm_q4_1 = mm_q4_1,
     .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
-    .mm_q5_k = mm_q5_k,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k}, /* its own Q6_K: 64-byte vpdpbusd, faster in prefill */
     .quant_act = quant_act,
     .attn = attn,

@@ -112,9 +112,8 @@ static void mm_q8_0(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n,
     mm_q_32(GGML_TYPE_Q8_0, w, gb, ng, a, n, out, ldo);
 }
 
-/* Q4_K and Q5_K (T) in their x16 layout (cpu_internal.h). */
-static void mm_qk(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    int nb = a->nb, nsb = nb / 8, q5 = T == GGML_TYPE_Q5_K;
+static void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    int nb = a->nb, nsb = nb / 8;
     for (int g = 0; g < ng; g++)
         for (int t = 0; t < n; t++) {
             const int8_t *aq = a->qs + (size_t)t * a->cols;
@@ -122,7 +121,7 @@ static void mm_qk(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const ac
             for (int r = 0; r < RP_ROWS; r++) {
                 float acc = 0;
                 for (int sb = 0; sb < nsb; sb++) {
-                    const uint8_t *o = w + (size_t)g * gbytes + (size_t)sb * 16 * (q5 ? 176 : 144);
+                    const uint8_t *o = w + (size_t)g * gbytes + (size_t)sb * 16 * 144;
                     float accsc = 0, accm = 0;
                     for (int j = 0; j < 8; j++) {
                         uint8_t lo = o[64 + j * 16 + r], hi = (uint8_t)(o[192 + (j / 2) * 16 + r] >> (4 * (j & 1)));
@@ -131,11 +130,8 @@ static void mm_qk(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const ac
                         const int8_t *ab = aq + 256 * sb + 32 * j;
                         int32_t isum = 0;
                         for (int k = 0; k < 8; k++)
-                            for (int i = 0; i < 4; i++) {
-                                int bit = 4 * r + i, v = (o[256 + (c * 8 + k) * 64 + bit] >> sh) & 15;
-                                if (q5) v |= ((o[RPK_MASKS + 8 * (2 * (8 * c + k) + (j & 1)) + bit / 8] >> (bit % 8)) & 1) << 4;
-                                isum += v * ab[4 * k + i];
-                            }
+                            for (int i = 0; i < 4; i++)
+                                isum += ((o[256 + (c * 8 + k) * 64 + r * 4 + i] >> sh) & 15) * ab[4 * k + i];
                         accsc += (float)isum * ((float)sc * ad[8 * sb + j]);
                         accm += (float)m * ads[8 * sb + j];
                     }
@@ -147,12 +143,6 @@ static void mm_qk(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const ac
                 out[(size_t)t * ldo + g * RP_ROWS + r] = acc;
             }
         }
-}
-static void mm_q4_k(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_qk(GGML_TYPE_Q4_K, w, gb, ng, a, n, out, ldo);
-}
-static void mm_q5_k(const uint8_t *w, size_t gb, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_qk(GGML_TYPE_Q5_K, w, gb, ng, a, n, out, ldo);
 }
 
 /* Q6_K super-block: ql[128], qh[64], scales[16] (int8, one per 16 values), d. */
@@ -273,7 +263,6 @@ const cpu_kern cpu_kern_scalar = {
     .mm_q4_1 = mm_q4_1,
     .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
-    .mm_q5_k = mm_q5_k,
     .mm_row = {[GGML_TYPE_Q6_K] = mm_q6_k},
     .quant_act = quant_act,
     .attn = attn,
@@ -306,7 +295,6 @@ mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t) {
     case GGML_TYPE_Q8_0: return k->mm_q8_0;
     case GGML_TYPE_Q4_0: return k->mm_q4_0;
     case GGML_TYPE_Q4_K: return k->mm_q4_k;
-    case GGML_TYPE_Q5_K: return k->mm_q5_k;
     case GGML_TYPE_IQ4_NL: return k->mm_iq4_nl;
     case GGML_TYPE_Q5_0: return k->mm_q5_0;
     case GGML_TYPE_Q4_1: return k->mm_q4_1;

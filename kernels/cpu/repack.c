@@ -7,7 +7,7 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/quant.h"
 
-int repack_supported(ggml_type t) { return rp32_type(t) || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K; }
+int repack_supported(ggml_type t) { return rp32_type(t) || t == GGML_TYPE_Q4_K; }
 
 /* 1 for the 32-value types of the rp32 layout (cpu_internal.h). */
 int rp32_type(ggml_type t) {
@@ -62,13 +62,12 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
     size_t bb = ggml_type_block_bytes(t);
     for (int b = 0; b < nb; b++) {
         uint8_t *o = dst + (size_t)b * RP_ROWS * bb;
-        if (rp32_type(t) && rp32_has_bits(t)) memset(o + rp32_mask_off(t), 0, 64);
-        if (t == GGML_TYPE_Q5_K) memset(o + RPK_MASKS, 0, 512);
+        if (rp32_has_bits(t)) memset(o + rp32_mask_off(t), 0, 64);
         for (int r = 0; r < RP_ROWS; r++) {
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
             if (rp32_type(t)) {
                 pack_rp32(t, blk, r, o);
-            } else { /* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: qh[32] before qs */
+            } else { /* Q4_K: d, dmin, scales[12], qs[128] */
                 memcpy(o + 2 * r, blk, 2);
                 memcpy(o + 32 + 2 * r, blk + 2, 2);
                 uint8_t sc[8], m[8];
@@ -77,17 +76,10 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
                 for (int p = 0; p < 4; p++)
                     o[192 + p * 16 + r] = (uint8_t)((sc[2 * p] >> 4) | (m[2 * p] >> 4) << 2 | (sc[2 * p + 1] >> 4) << 4 |
                                                     (m[2 * p + 1] >> 4) << 6);
-                const uint8_t *qs = blk + (t == GGML_TYPE_Q5_K ? 48 : 16), *qh = blk + 16;
+                const uint8_t *qs = blk + 16;
                 for (int c = 0; c < 4; c++)
-                    for (int k = 0; k < 8; k++) {
+                    for (int k = 0; k < 8; k++)
                         memcpy(o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
-                        for (int i = 0; t == GGML_TYPE_Q5_K && i < 4; i++)
-                            for (int h = 0; h < 2; h++) {
-                                int bit = 4 * r + i;
-                                o[RPK_MASKS + 8 * (2 * (8 * c + k) + h) + bit / 8] |=
-                                    (uint8_t)(((qh[4 * k + i] >> (2 * c + h)) & 1) << (bit % 8));
-                            }
-                    }
             }
         }
     }
@@ -128,18 +120,8 @@ static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
         s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
         s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
     }
-    uint8_t *qs = blk + (t == GGML_TYPE_Q5_K ? 48 : 16), *qh = blk + 16;
-    if (t == GGML_TYPE_Q5_K) memset(qh, 0, 32);
     for (int c = 0; c < 4; c++)
-        for (int k = 0; k < 8; k++) {
-            memcpy(qs + 32 * c + 4 * k, o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, 4);
-            for (int i = 0; t == GGML_TYPE_Q5_K && i < 4; i++)
-                for (int h = 0; h < 2; h++) {
-                    int bit = 4 * r + i;
-                    qh[4 * k + i] |= (uint8_t)(((o[RPK_MASKS + 8 * (2 * (8 * c + k) + h) + bit / 8] >> (bit % 8)) & 1)
-                                               << (2 * c + h));
-                }
-        }
+        for (int k = 0; k < 8; k++) memcpy(blk + 16 + 32 * c + 4 * k, o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, 4);
 }
 
 void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r, float *out) {

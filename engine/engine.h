@@ -63,7 +63,7 @@ typedef enum {
 typedef struct {
     const char *name;          /* general.name, or the file's base name */
     const char *path;
-    const char *arch;          /* "llama" | "qwen2" */
+    const char *arch;          /* general.architecture: a family of engine/arch.h */
     const char *template_family;
     const char *device_name;   /* "cpu" | "cuda:0 (NVIDIA ...)" */
     long long created_at;      /* model file's mtime, unix seconds */

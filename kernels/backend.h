@@ -93,7 +93,8 @@ struct kb_backend {
 
     /* out[i] = row tokens[i] of EMB (any weight type), for n tokens (host ids). */
     void (*embed)(kb_backend *kb, float *out, const kb_weight *emb, const int32_t *tokens, int n);
-    /* out = x / rms(x) * w, row by row; w is an F32 weight of DIM values. */
+    /* out = x / rms(x) * w, row by row; w is an F32 weight of DIM values.
+     * OUT may be X (normed in place: Qwen3's per-head Q/K norms). */
     void (*rmsnorm)(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps);
     /* out[n][w->rows] = x[n][w->cols] times W transposed. For n <= KB_EXACT_ROWS
      * (CPU backend) every row of out is bit for bit what a call with that one

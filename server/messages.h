@@ -23,6 +23,7 @@ typedef struct {
     int n_stop;
     int stream;
     char *format_schema;     /* output_config.format's JSON schema as text (freed with cJSON_free), or NULL */
+    int thinking;            /* thinking.type enabled or adaptive (budget_tokens is checked, not enforced) */
 } msg_request;
 
 /* An error for the client: HTTP status, Anthropic error type, message. */

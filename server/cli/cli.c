@@ -222,7 +222,7 @@ static int cmd_generate(const cli_opts *o) {
     int n;
     if (o->chat) {
         engine_message msg = {.role = ENGINE_ROLE_USER, .text = o->prompt};
-        n = engine_prompt_build(e, o->system, NULL, &msg, 1, &tokens, err, sizeof err);
+        n = engine_prompt_build(e, o->system, NULL, &msg, 1, 0, &tokens, err, sizeof err);
     } else {
         n = engine_tokenize(e, o->prompt, 1, &tokens);
         snprintf(err, sizeof err, "the prompt could not be tokenized");

@@ -8,6 +8,13 @@ converter writes a Qwen3 model. qwen3 has per-head Q/K norms
 (blk.N.attn_q_norm / attn_k_norm) and a head size of its own (--head-dim,
 written as qwen3.attention.key_length / value_length).
 
+A scripted model (script=[(TEXT, NEXT_TEXT), ...], Python only) answers by
+rote: its layers add nothing (attn_output and ffn_down are zero) and its
+output head makes NEXT_TEXT's token the clear argmax after TEXT's token, so
+that greedy decoding follows the script whatever the weight type keeps of
+it. The server tests use one to get a known answer through every layer
+of the real engine.
+
 The weights are scaled so that activations stay O(1) through many layers and
 the logits are spread (std about 2), so greedy decoding is not degenerate.
 The same --seed gives the same float weights for every --type, so a quantized
@@ -39,7 +46,7 @@ import ilpd_gguf as gguf  # noqa: E402
 DEFAULTS = dict(type="F32", arch="llama", layers=4, dim=64, heads=4, kv_heads=2,
                 ffn=128, vocab=320, ctx=256, seed=0, tied=False, rope_base=None,
                 llama3_rope_scaling=False, rope_scaling=None, rope_orig_ctx=None, name=None,
-                head_dim=None)
+                head_dim=None, script=None)
 ARCHS = ("llama", "qwen2", "qwen3")
 
 N_SPECIAL = 3            # <unk>, <s>, </s>
@@ -174,7 +181,7 @@ def bpe_vocab(vocab):
 
 
 def _write_spm_tokenizer(w, vocab):
-    """Add the SentencePiece-style tokenizer metadata (llama, qwen2 files)."""
+    """Add the SentencePiece-style tokenizer metadata (llama, qwen2 files); returns the token texts."""
     tokens, scores, types = spm_vocab(vocab)
     w.add_string("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", tokens, "str")
@@ -185,11 +192,13 @@ def _write_spm_tokenizer(w, vocab):
     w.add_u32("tokenizer.ggml.unknown_token_id", 0)
     w.add_bool("tokenizer.ggml.add_bos_token", True)
     w.add_bool("tokenizer.ggml.add_eos_token", False)
+    return tokens
 
 
 def _write_qwen_tokenizer(w, vocab):
     """Add Qwen's byte-level BPE tokenizer metadata as llama.cpp's converter writes it (qwen3 files):
-    BOS = padding = <|endoftext|> (not added), EOS = <|im_end|>, the ChatML template with thinking."""
+    BOS = padding = <|endoftext|> (not added), EOS = <|im_end|>, the ChatML template with thinking;
+    returns the token texts."""
     tokens, types, merges = bpe_vocab(vocab)
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "qwen2")
@@ -201,6 +210,7 @@ def _write_qwen_tokenizer(w, vocab):
     w.add_u32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
     w.add_bool("tokenizer.ggml.add_bos_token", False)
     w.add_string("tokenizer.chat_template", QWEN3_TEMPLATE)
+    return tokens
 
 
 def _check_shape(s):
@@ -271,25 +281,40 @@ def make_model(path, **shape):
         w.add_u32(arch + ".attention.key_length", head_dim)
         w.add_u32(arch + ".attention.value_length", head_dim)
     w.add_u32("general.file_type", gguf.FILE_TYPE[wtype])
-    if arch == "qwen3":
-        _write_qwen_tokenizer(w, vocab)
-    else:
-        _write_spm_tokenizer(w, vocab)
+    tokens = _write_qwen_tokenizer(w, vocab) if arch == "qwen3" else _write_spm_tokenizer(w, vocab)
+    script = [(tokens.index(a), tokens.index(b)) for a, b in s["script"] or ()]
+    if script and s["tied"]:
+        raise ValueError("a scripted model needs its own output head (not tied)")
 
     rng = np.random.default_rng(s["seed"])
     fallbacks = []       # weights written as F16 because rows do not fill whole blocks
     branch_scale = 1.0 / math.sqrt(2.0 * n_layer)
 
-    def matrix(name, rows, cols, scale):
-        """Add a random [rows, cols] weight in the requested type (F16 fallback)."""
+    def matrix(name, rows, cols, scale, edit=None):
+        """Add a random [rows, cols] weight in the requested type (F16 fallback), changed by edit(a)
+        first when given; returns the float weights."""
         a = rng.standard_normal((rows, cols), dtype=np.float32)
         a *= np.float32(scale)
+        if edit:
+            edit(a)
         t = wtype
         block = gguf.BLOCK_LAYOUT[t][0]
         if cols % block:
             fallbacks.append("%s (row %d)" % (name, cols))
             t = gguf.F16
         w.add_tensor(name, a, t)
+        return a
+
+    def scripted_head(out):
+        """Make the script's next token the clear argmax after each of its tokens: the layers add
+        nothing, so the final hidden state is rmsnorm(embedding) (norm sqrt(dim))."""
+        for a, b in script:
+            out[b] += np.float32(4.0) * embd[a] / np.linalg.norm(embd[a])
+
+    def silent(a):
+        """Zero a scripted model's branch outputs."""
+        if script:
+            a[:] = 0
 
     def norm(name, n):
         """Add an F32 norm weight close to 1."""
@@ -301,10 +326,10 @@ def make_model(path, **shape):
 
     # logits = rmsnorm(x) . W_out with W_out ~ N(0, (2/sqrt(dim))^2): std about 2
     out_scale = 2.0 / math.sqrt(dim)
-    matrix("token_embd.weight", vocab, dim, out_scale if s["tied"] else 1.0)
+    embd = matrix("token_embd.weight", vocab, dim, out_scale if s["tied"] else 1.0)
     norm("output_norm.weight", dim)
     if not s["tied"]:
-        matrix("output.weight", vocab, dim, out_scale)
+        matrix("output.weight", vocab, dim, out_scale, scripted_head if script else None)
     if s["llama3_rope_scaling"]:
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(head_dim, s["rope_base"], orig_ctx), gguf.F32)
     for i in range(n_layer):
@@ -320,11 +345,11 @@ def make_model(path, **shape):
         if arch == "qwen3":
             norm(p + "attn_q_norm.weight", head_dim)
             norm(p + "attn_k_norm.weight", head_dim)
-        matrix(p + "attn_output.weight", dim, q_dim, branch_scale / math.sqrt(q_dim))
+        matrix(p + "attn_output.weight", dim, q_dim, branch_scale / math.sqrt(q_dim), silent)
         norm(p + "ffn_norm.weight", dim)
         matrix(p + "ffn_gate.weight", ffn, dim, 1.0 / math.sqrt(dim))
         matrix(p + "ffn_up.weight", ffn, dim, 1.0 / math.sqrt(dim))
-        matrix(p + "ffn_down.weight", dim, ffn, 2.0 * branch_scale / math.sqrt(ffn))
+        matrix(p + "ffn_down.weight", dim, ffn, 2.0 * branch_scale / math.sqrt(ffn), silent)
     w.write()
     if fallbacks:
         print("make_synthetic: %d weights written as F16, rows not a multiple of %d for %s: %s"

@@ -80,6 +80,8 @@ CASES = [
     ("F32 32 layers", dict(SMALL, type="F32", layers=32), None),
     ("F32 32 layers masked", dict(SMALL, type="F32", layers=32), [1, 1, 1] + [i % 3 != 0 for i in range(28)] + [1]),
     ("Q8_0 40 layers", dict(SMALL, type="Q8_0", layers=40), None),
+    ("F16 40 layers masked (probe-style: every layer 3..38 a candidate)", dict(SMALL, type="F16", layers=40),
+     [1, 1, 1] + [i % 4 != 1 for i in range(36)] + [1]),
     ("Q4_K 6 layers masked", dict(KQUANT, type="Q4_K", layers=6), [1, 1, 0, 1, 0, 1]),
     ("Q6_K 6 layers masked", dict(KQUANT, type="Q6_K", layers=6), [1, 0, 1, 1, 0, 1]),
     ("Q8_0 vocab 328 (a head row tail outside the 16-row groups)", dict(SMALL, type="Q8_0", layers=2, vocab=328), None),

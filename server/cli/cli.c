@@ -27,8 +27,8 @@ typedef struct {
 
 static const char generate_usage[] =
     "  ilpd generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-    "                [--layer-mask BASE64] [--chat] [--system TEXT] [--stop STR]... [-c CTX] [-t THREADS]\n"
-    "                [--skip-mode lossless|approximate|off] [--probe PROBE.json]\n";
+    "                [--layer-mask BASE64 | --mask 1,0,...] [--chat] [--system TEXT] [--stop STR]...\n"
+    "                [-c CTX] [-t THREADS] [--skip-mode lossless|approximate|off] [--probe PROBE.json]\n";
 static const char tokenize_usage[] = "  ilpd tokenize -m MODEL [--no-bos] TEXT\n";
 static const char inspect_usage[] = "  ilpd inspect  -m MODEL\n";
 static const char logits_usage[] =

@@ -224,6 +224,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->path = e->gguf->path;
     in->arch = m->arch;
     in->template_family = chat_family_name(e->family);
+    in->thinking_tags = e->think_open >= 0;
     in->device_name = e->kb->name;
     struct stat st;
     in->created_at = stat(p->model_path, &st) == 0 ? (long long)st.st_mtime : 0;

@@ -145,8 +145,29 @@ static int width_of(const model *m, width_kind k) {
     return 0;
 }
 
-/* Computes the RoPE inverse frequencies, applying Llama 3 scaling
- * (rope_freqs.weight factors, or the rope.scaling.* keys) or linear scaling. */
+/* YaRN (llama.cpp's rope_yarn with ext_factor 1): frequency I of HALF is
+ * the interpolated one (F / FACTOR) below the correction range [LOW, HIGH]
+ * of dimension pairs, the original one above it, a linear ramp between. */
+static double yarn_freq(double f, int i, double factor, double low, double high) {
+    double y = (i - low) / (high - low > 0.001 ? high - low : 0.001);
+    double keep = 1 - (y < 0 ? 0 : y > 1 ? 1 : y); /* share of the original frequency */
+    return f / factor * (1 - keep) + f * keep;
+}
+
+/* The first (LOW, rounded down) and last (HIGH, rounded up) dimension pair
+ * whose wavelength fits BETA_FAST / BETA_SLOW turns in ORIG positions, as
+ * ggml_rope_yarn_corr_dims computes them. */
+static void yarn_range(int n_dims, int orig, float base, float beta_fast, float beta_slow, double *low, double *high) {
+    float lo = floorf(n_dims * logf(orig / (beta_fast * 2 * (float)M_PI)) / (2 * logf(base)));
+    float hi = ceilf(n_dims * logf(orig / (beta_slow * 2 * (float)M_PI)) / (2 * logf(base)));
+    *low = lo > 0 ? lo : 0;
+    *high = hi < n_dims - 1 ? hi : n_dims - 1;
+}
+
+/* Computes the RoPE inverse frequencies with the file's scaling: Llama 3.1
+ * (rope_freqs.weight factors, or the rope.scaling.* keys), linear, or YaRN
+ * (which also scales the rotation by mscale = 1 + 0.1 ln(factor), as
+ * llama.cpp does for files without yarn_log_multiplier). */
 static int rope_setup(model *m, loader *ld) {
     int half = m->head_dim / 2;
     float base = arch_float(ld, m->arch, "rope.freq_base", 10000.0f);
@@ -158,22 +179,36 @@ static int rope_setup(model *m, loader *ld) {
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
     char *stype = gguf_kv_get_str(ld->f, key);
+    enum { NONE, LINEAR, LLAMA3, YARN } kind = NONE;
+    if (stype && !strcmp(stype, "linear")) kind = LINEAR;
+    else if (stype && !strcmp(stype, "llama3")) kind = LLAMA3;
+    else if (stype && !strcmp(stype, "yarn")) kind = YARN;
+    else if (stype && strcmp(stype, "none")) {
+        /* LongRoPE has factor tables of its own: refused rather than run wrong */
+        int rc = load_fail(ld, "unsupported rope scaling '%s' (none, linear, llama3 and yarn are supported)", stype);
+        free(stype);
+        return rc;
+    }
+    free(stype);
     float factor = arch_float(ld, m->arch, "rope.scaling.factor", 1.0f);
     float lo = arch_float(ld, m->arch, "rope.scaling.low_freq_factor", 1.0f);
     float hi = arch_float(ld, m->arch, "rope.scaling.high_freq_factor", 4.0f);
     int orig = m->n_ctx_train;
-    arch_int(ld, m->arch, "rope.scaling.original_context_length", m->n_ctx_train, &orig);
-    /* YaRN and LongRoPE also scale the attention (mscale): refused rather than run wrong */
-    if (stype && strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "llama3")) {
-        int rc = load_fail(ld, "unsupported rope scaling '%s' (none, linear and llama3 are supported)", stype);
-        free(stype);
-        return rc;
+    if (arch_int(ld, m->arch, "rope.scaling.original_context_length", m->n_ctx_train, &orig)) return -1;
+    if (kind != NONE && !(factor > 0)) return load_fail(ld, "rope.scaling.factor %g must be positive", factor);
+    if (kind == YARN && arch_float(ld, m->arch, "rope.scaling.yarn_log_multiplier", 0.0f) != 0.0f)
+        return load_fail(ld, "YaRN with yarn_log_multiplier (DeepSeek's attention factor) is unsupported");
+    double y_low = 0, y_high = 0;
+    if (kind == YARN && !ft) {
+        yarn_range(m->head_dim, orig, base, arch_float(ld, m->arch, "rope.scaling.yarn_beta_fast", 32.0f),
+                   arch_float(ld, m->arch, "rope.scaling.yarn_beta_slow", 1.0f), &y_low, &y_high);
+        m->attn.mscale = factor > 1 ? 1.0f + 0.1f * logf(factor) : 1.0f;
     }
     for (int i = 0; i < half; i++) {
         double f = pow(base, -2.0 * i / m->head_dim);
         if (ft) {
             f /= ((const float *)ft->data)[i];
-        } else if (stype && !strcmp(stype, "llama3") && factor > 0) {
+        } else if (kind == LLAMA3) {
             double wavelen = 2 * M_PI / f, lo_wl = orig / lo, hi_wl = orig / hi;
             if (wavelen > lo_wl) {
                 f /= factor;
@@ -181,12 +216,13 @@ static int rope_setup(model *m, loader *ld) {
                 double smooth = (orig / wavelen - lo) / (hi - lo);
                 f = (1 - smooth) * f / factor + smooth * f;
             }
-        } else if (stype && !strcmp(stype, "linear") && factor > 0) {
+        } else if (kind == LINEAR) {
             f /= factor;
+        } else if (kind == YARN) {
+            f = yarn_freq(f, i, factor, y_low, y_high);
         }
         m->inv_freq[i] = (float)f;
     }
-    free(stype);
     m->attn.inv_freq = m->inv_freq;
     return 0;
 }

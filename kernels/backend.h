@@ -60,6 +60,7 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim;
     int neox;           /* 1: rotate (x[i], x[i+d/2]) pairs; 0: adjacent (x[2i], x[2i+1]) */
     const float *inv_freq; /* head_dim/2 inverse frequencies (host memory) */
+    float mscale;       /* YaRN: the rotation's cos and sin are multiplied by this (0: by 1) */
 } kb_attn_shape;
 
 /* What the scratch of one request must hold (reserve). */

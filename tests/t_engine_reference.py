@@ -4,7 +4,7 @@
 Synthetic models with random weights cover every weight type, the three
 architectures (llama; qwen2 with biases; qwen3 with per-head Q/K norms and a
 head size other than dim / heads), tied and separate heads, rope scaling
-(Llama 3 as rope_freqs.weight and as keys, linear), row widths that
+(Llama 3 as rope_freqs.weight and as keys, linear, YaRN), row widths that
 are not a multiple of 32 (float types), 1 to 40 layers, and masked runs.
 
 Tolerance: max |engine - reference| <= 1e-4 * max |reference logit|, for
@@ -71,6 +71,11 @@ CASES = [
     ("F32 llama3 rope scaling from the keys", dict(SMALL, type="F32", layers=2, rope_scaling="llama3",
                                                    rope_orig_ctx=32), None),
     ("F32 linear rope scaling", dict(SMALL, type="F32", layers=2, rope_scaling="linear"), None),
+    # YaRN with an original context of 32: frequencies on both sides of the ramp, and the mscale
+    ("F32 qwen2 YaRN rope scaling", dict(SMALL, type="F32", layers=2, arch="qwen2", rope_scaling="yarn",
+                                         rope_orig_ctx=32), None),
+    ("Q8_0 qwen3 YaRN rope scaling", dict(SMALL, type="Q8_0", layers=3, arch="qwen3", head_dim=32,
+                                          rope_scaling="yarn", rope_orig_ctx=64), None),
     ("F32 qwen3 (q/k norms, head size 32 != dim/heads)", dict(SMALL, type="F32", layers=3, arch="qwen3", head_dim=32),
      None),
     ("F16 qwen3 tied head", dict(SMALL, type="F16", layers=2, arch="qwen3", tied=True), None),

@@ -4,7 +4,8 @@
 Runs only when LLAMA_COMPLETION names a llama.cpp `llama-completion` binary (built beside the
 project, never part of it; README, "Supported models"); skips otherwise. For each synthetic file
 (scripts/model/make_synthetic.py: llama, llama with Llama 3.1 rope_freqs, qwen2, qwen3 with a head
-size other than dim/heads, a tied qwen3 head, a 40-layer llama; float and quantized types) both
+size other than dim/heads, a tied qwen3 head, a 40-layer llama, YaRN on qwen2 and qwen3; float and
+quantized types) both
 programs continue the same raw prompt greedily for N tokens at full depth, and their texts must be
 equal. llama.cpp prints the bytes of the pieces as they are; ilpd turns bytes that are not UTF-8
 into U+FFFD (engine/textout.h), so llama.cpp's bytes go through that same rule before comparing
@@ -57,6 +58,10 @@ CASES = [
     ("qwen3 F32 (Q/K norms, head size 32)", dict(SMALL, type="F32", layers=3, arch="qwen3", head_dim=32)),
     ("qwen3 Q8_0 (head size 32)", dict(SMALL, type="Q8_0", layers=4, arch="qwen3", head_dim=32)),
     ("qwen3 F16, tied head", dict(SMALL, type="F16", layers=2, arch="qwen3", tied=True)),
+    ("qwen2 F32, YaRN x4 from 32 positions", dict(SMALL, type="F32", layers=3, arch="qwen2", rope_scaling="yarn",
+                                                  rope_orig_ctx=32)),
+    ("qwen3 F16, YaRN x4 from 64 positions", dict(SMALL, type="F16", layers=3, arch="qwen3", head_dim=32,
+                                                  rope_scaling="yarn", rope_orig_ctx=64)),
 ]
 
 

@@ -425,10 +425,11 @@ static void cpu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
 /* Fills c->rope_cs with the cos and sin of position POS in slot I. */
 static void rope_angles(cpu_impl *c, const kb_attn_shape *s, int half, int i, int pos) {
     float *cs = c->rope_cs + (size_t)i * 2 * half, *sn = cs + half;
+    float m = s->mscale != 0 ? s->mscale : 1.0f;
     for (int k = 0; k < half; k++) {
         double theta = (double)pos * s->inv_freq[k];
-        cs[k] = (float)cos(theta);
-        sn[k] = (float)sin(theta);
+        cs[k] = (float)cos(theta) * m;
+        sn[k] = (float)sin(theta) * m;
     }
 }
 

@@ -24,7 +24,7 @@ CLI:
   /usr/bin/python3 scripts/model/make_synthetic.py -o OUT.gguf --type Q4_K \
       [--arch llama|qwen2|qwen3] [--layers N] [--dim D] [--heads H] [--kv-heads KV] [--head-dim HD]
       [--ffn F] [--vocab V] [--ctx C] [--seed S] [--tied] [--rope-base B]
-      [--llama3-rope-scaling] [--rope-scaling linear|llama3]
+      [--llama3-rope-scaling] [--rope-scaling linear|llama3|yarn] [--rope-orig-ctx N]
 Python:
   from make_synthetic import make_model
   make_model("out.gguf", type="Q8_0", layers=2, dim=128)
@@ -267,16 +267,18 @@ def make_model(path, **shape):
     w.add_f32(arch + ".rope.freq_base", s["rope_base"])
     w.add_f32(arch + ".attention.layer_norm_rms_epsilon", eps)
     w.add_u32(arch + ".rope.dimension_count", head_dim)
-    if s["rope_scaling"] in ("linear", "llama3"):
+    if s["rope_scaling"] in ("linear", "llama3", "yarn"):
         # the keys alone (llama.cpp's converter writes rope_freqs.weight for llama3 instead)
         w.add_string(arch + ".rope.scaling.type", s["rope_scaling"])
         w.add_f32(arch + ".rope.scaling.factor", LLAMA3_FACTOR if s["rope_scaling"] == "llama3" else 4.0)
+        if s["rope_scaling"] == "yarn":  # as llama.cpp's converter writes a Qwen rope_scaling of type yarn
+            w.add_u32(arch + ".rope.scaling.original_context_length", orig_ctx)
         if s["rope_scaling"] == "llama3":
             w.add_f32(arch + ".rope.scaling.low_freq_factor", LLAMA3_LOW_FREQ_FACTOR)
             w.add_f32(arch + ".rope.scaling.high_freq_factor", LLAMA3_HIGH_FREQ_FACTOR)
             w.add_u32(arch + ".rope.scaling.original_context_length", orig_ctx)
     elif s["rope_scaling"] is not None:
-        raise ValueError("rope_scaling must be linear or llama3")
+        raise ValueError("rope_scaling must be linear, llama3 or yarn")
     if arch == "qwen3":
         w.add_u32(arch + ".attention.key_length", head_dim)
         w.add_u32(arch + ".attention.value_length", head_dim)
@@ -381,8 +383,10 @@ def main(argv=None):
                     help="default 10000 (llama) or 1e6 (qwen2)")
     ap.add_argument("--llama3-rope-scaling", action="store_true",
                     help="add rope_freqs.weight (Llama 3.1 factors: 8, 1, 4, 8192)")
-    ap.add_argument("--rope-scaling", choices=["linear", "llama3"], default=None,
-                    help="write rope.scaling.* keys (linear: factor 4; llama3: 8, 1, 4, 8192)")
+    ap.add_argument("--rope-scaling", choices=["linear", "llama3", "yarn"], default=None,
+                    help="write rope.scaling.* keys (linear: factor 4; llama3: 8, 1, 4, 8192; yarn: 4, 8192)")
+    ap.add_argument("--rope-orig-ctx", type=int, default=None,
+                    help="llama3/yarn scaling's original context (default 8192)")
     ap.add_argument("--name", default=None, help="general.name")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -391,7 +395,7 @@ def main(argv=None):
                        heads=a.heads, kv_heads=a.kv_heads, ffn=a.ffn, vocab=a.vocab,
                        ctx=a.ctx, seed=a.seed, tied=a.tied, rope_base=a.rope_base,
                        llama3_rope_scaling=a.llama3_rope_scaling, name=a.name, head_dim=a.head_dim,
-                       rope_scaling=a.rope_scaling)
+                       rope_scaling=a.rope_scaling, rope_orig_ctx=a.rope_orig_ctx)
     except ValueError as e:
         print("make_synthetic: %s" % e, file=sys.stderr)
         return 1

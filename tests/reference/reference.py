@@ -21,7 +21,12 @@ Model semantics (as llama.cpp defines them for these architectures):
       divided by rope_freqs.weight[i] when that tensor exists, else scaled by
       rope.scaling.type: linear (theta / factor) or llama3 (the Llama 3.1
       rule on rope.scaling.factor, low/high_freq_factor and
-      original_context_length, which is what rope_freqs.weight holds)
+      original_context_length, which is what rope_freqs.weight holds) or yarn
+      (ggml's rope_yarn with ext_factor 1: theta_i = theta_i / factor * (1 - r_i)
+      + theta_i * r_i, r_i = 1 - clamp((i - low) / max(high - low, 0.001), 0, 1)
+      with low = floor(corr(beta_fast)), high = ceil(corr(beta_slow)),
+      corr(b) = n_rot ln(orig / (2 pi b)) / (2 ln base), clamped to [0, n_rot - 1];
+      cos and sin multiplied by mscale = 1 + 0.1 ln(factor))
     causal GQA attention, softmax(q.k / sqrt(head_dim)); x += attn @ Wo.T
     h = rmsnorm(x) * ffn_norm; x += (silu(h @ Wg.T) * (h @ Wu.T)) @ Wd.T
   logits = (rmsnorm(x) * output_norm) @ output.T   (token_embd if output absent)
@@ -84,7 +89,8 @@ class Model:
         self.rope_scaling = dict(
             type=kv.get(a + "rope.scaling.type", "none"), factor=kv.get(a + "rope.scaling.factor", 1.0),
             low=kv.get(a + "rope.scaling.low_freq_factor", 1.0), high=kv.get(a + "rope.scaling.high_freq_factor", 4.0),
-            orig=kv.get(a + "rope.scaling.original_context_length", kv.get(a + "context_length", 2048)))
+            orig=kv.get(a + "rope.scaling.original_context_length", kv.get(a + "context_length", 2048)),
+            beta_fast=kv.get(a + "rope.scaling.yarn_beta_fast", 32.0), beta_slow=kv.get(a + "rope.scaling.yarn_beta_slow", 1.0))
 
     def weight(self, name):
         """Return tensor name as float32 (numpy shape = reversed ne), or None if absent."""
@@ -113,8 +119,16 @@ class Model:
             theta = np.where(wavelen > sc["orig"] / sc["low"], theta / sc["factor"],
                              np.where(wavelen >= sc["orig"] / sc["high"],
                                       (1 - smooth) * theta / sc["factor"] + smooth * theta, theta))
+        mscale = 1.0
+        if sc["type"] == "yarn" and self.rope_factors is None:
+            def corr(beta):
+                return self.n_rot * np.log(sc["orig"] / (2 * np.pi * beta)) / (2 * np.log(self.rope_base))
+            low, high = max(0.0, np.floor(corr(sc["beta_fast"]))), min(self.n_rot - 1.0, np.ceil(corr(sc["beta_slow"])))
+            keep = 1 - np.clip((np.arange(half) - low) / max(high - low, 0.001), 0, 1)
+            theta = theta / sc["factor"] * (1 - keep) + theta * keep
+            mscale = 1 + 0.1 * np.log(sc["factor"]) if sc["factor"] > 1 else 1.0
         ang = pos[:, None].astype(np.float64) * theta[None, :]
-        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
         out = x.copy()
         if ROPE_MODE[self.arch] == "norm":
             x0, x1 = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]

@@ -52,6 +52,7 @@ typedef struct {
     int rope_half;
     int rope_pos0, rope_n; /* the positions rope_cs holds (rope_n 0: none) for ... */
     const float *rope_freq; /* ... these inverse frequencies */
+    float rope_mscale;      /* ... and this scale */
     atomic_ullong launches;
     int profile;          /* ILPD_CPU_PROFILE=1: time each kind of op, printed at destroy; 2: and each matmul shape */
     double prof_s[16];
@@ -446,11 +447,13 @@ static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn
     }
     PROF_BEGIN(c);
     int cached = n <= ROPE_ROWS;
-    if (cached && (c->rope_n != n || c->rope_pos0 != pos0 || c->rope_freq != s->inv_freq)) {
+    if (cached &&
+        (c->rope_n != n || c->rope_pos0 != pos0 || c->rope_freq != s->inv_freq || c->rope_mscale != s->mscale)) {
         for (int i = 0; i < n; i++) rope_angles(c, s, half, i, pos0 + i);
         c->rope_n = n;
         c->rope_pos0 = pos0;
         c->rope_freq = s->inv_freq;
+        c->rope_mscale = s->mscale;
     }
     if (!cached) c->rope_n = 0;
     for (int i = 0; i < n; i++) {

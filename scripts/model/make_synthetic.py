@@ -15,6 +15,9 @@ that greedy decoding follows the script whatever the weight type keeps of
 it. The server tests use one to get a known answer through every layer
 of the real engine.
 
+Tests of refusals (Python only): extra_kv={KEY: VALUE} adds metadata (float: f32,
+int: u32, str: string), drop=(NAME, ...) leaves those tensors out.
+
 The weights are scaled so that activations stay O(1) through many layers and
 the logits are spread (std about 2), so greedy decoding is not degenerate.
 The same --seed gives the same float weights for every --type, so a quantized
@@ -46,7 +49,7 @@ import ilpd_gguf as gguf  # noqa: E402
 DEFAULTS = dict(type="F32", arch="llama", layers=4, dim=64, heads=4, kv_heads=2,
                 ffn=128, vocab=320, ctx=256, seed=0, tied=False, rope_base=None,
                 llama3_rope_scaling=False, rope_scaling=None, rope_orig_ctx=None, name=None,
-                head_dim=None, script=None)
+                head_dim=None, script=None, extra_kv=None, drop=())
 ARCHS = ("llama", "qwen2", "qwen3")
 
 N_SPECIAL = 3            # <unk>, <s>, </s>
@@ -283,12 +286,20 @@ def make_model(path, **shape):
         w.add_u32(arch + ".attention.key_length", head_dim)
         w.add_u32(arch + ".attention.value_length", head_dim)
     w.add_u32("general.file_type", gguf.FILE_TYPE[wtype])
+    for key, value in (s["extra_kv"] or {}).items():
+        {float: w.add_f32, int: w.add_u32, str: w.add_string}[type(value)](key, value)
     tokens = _write_qwen_tokenizer(w, vocab) if arch == "qwen3" else _write_spm_tokenizer(w, vocab)
     script = [(tokens.index(a), tokens.index(b)) for a, b in s["script"] or ()]
     if script and s["tied"]:
         raise ValueError("a scripted model needs its own output head (not tied)")
 
     rng = np.random.default_rng(s["seed"])
+
+    def put(name, a, t):
+        """Add a tensor unless the caller drops it."""
+        if name not in s["drop"]:
+            w.add_tensor(name, a, t)
+
     fallbacks = []       # weights written as F16 because rows do not fill whole blocks
     branch_scale = 1.0 / math.sqrt(2.0 * n_layer)
 
@@ -304,7 +315,7 @@ def make_model(path, **shape):
         if cols % block:
             fallbacks.append("%s (row %d)" % (name, cols))
             t = gguf.F16
-        w.add_tensor(name, a, t)
+        put(name, a, t)
         return a
 
     def scripted_head(out):
@@ -320,11 +331,11 @@ def make_model(path, **shape):
 
     def norm(name, n):
         """Add an F32 norm weight close to 1."""
-        w.add_tensor(name, 1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
+        put(name, 1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
 
     def bias(name, n):
         """Add a small F32 bias."""
-        w.add_tensor(name, 0.2 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
+        put(name, 0.2 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
 
     # logits = rmsnorm(x) . W_out with W_out ~ N(0, (2/sqrt(dim))^2): std about 2
     out_scale = 2.0 / math.sqrt(dim)
@@ -333,7 +344,7 @@ def make_model(path, **shape):
     if not s["tied"]:
         matrix("output.weight", vocab, dim, out_scale, scripted_head if script else None)
     if s["llama3_rope_scaling"]:
-        w.add_tensor("rope_freqs.weight", llama3_rope_factors(head_dim, s["rope_base"], orig_ctx), gguf.F32)
+        put("rope_freqs.weight", llama3_rope_factors(head_dim, s["rope_base"], orig_ctx), gguf.F32)
     for i in range(n_layer):
         p = "blk.%d." % i
         norm(p + "attn_norm.weight", dim)

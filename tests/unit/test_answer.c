@@ -11,7 +11,7 @@
 #include "tests/unit/check.h"
 
 typedef struct {
-    char text[256], thought[256];
+    char text[256], thought[256], calls[256];
     int order_ok; /* no thought after text */
 } sink;
 
@@ -28,6 +28,22 @@ static int on_text(void *ud, const char *s, size_t n) {
     return 0;
 }
 
+static int on_tool_start(void *ud, const char *name) {
+    append(((sink *)ud)->calls, name, strlen(name));
+    append(((sink *)ud)->calls, "(", 1);
+    return 0;
+}
+
+static int on_tool_input(void *ud, const char *s, size_t n) {
+    append(((sink *)ud)->calls, s, n);
+    return 0;
+}
+
+static int on_tool_end(void *ud) {
+    append(((sink *)ud)->calls, ")", 1);
+    return 0;
+}
+
 static int on_thinking(void *ud, const char *s, size_t n) {
     sink *k = ud;
     if (k->text[0]) k->order_ok = 0;
@@ -36,14 +52,16 @@ static int on_thinking(void *ud, const char *s, size_t n) {
 }
 
 /* Feeds PIECES (NULL-terminated; "<think>" and "</think>" stand for the
- * tokens) through an answer with THINKING and STOP (may be NULL); fills K.
- * Returns the last status. */
-static answer_status run(sink *k, int thinking, const char *stop, const char *const *pieces) {
+ * tokens) through an answer with THINKING, STOP (may be NULL) and TOOLS
+ * (may be NULL); fills K. Returns the last status. */
+static answer_status run_with(sink *k, int thinking, const char *stop, const engine_tools *tools,
+                              const char *const *pieces) {
     memset(k, 0, sizeof *k);
     k->order_ok = 1;
     const char *stops[1] = {stop};
-    engine_gen_params gp = {.thinking = thinking, .stop = stops, .n_stop = stop ? 1 : 0};
-    engine_callbacks cb = {.on_text = on_text, .on_thinking = on_thinking, .ud = k};
+    engine_gen_params gp = {.thinking = thinking, .stop = stops, .n_stop = stop ? 1 : 0, .tools = tools};
+    engine_callbacks cb = {.on_text = on_text, .on_thinking = on_thinking, .on_tool_start = on_tool_start,
+                           .on_tool_input = on_tool_input, .on_tool_end = on_tool_end, .ud = k};
     answer a;
     answer_init(&a, &gp, chat_tool_syntax_of(CHAT_FAMILY_QWEN3), &cb);
     answer_status st = ANSWER_MORE;
@@ -55,6 +73,10 @@ static answer_status run(sink *k, int thinking, const char *stop, const char *co
     if (st == ANSWER_MORE) st = answer_finish(&a);
     answer_free(&a);
     return st;
+}
+
+static answer_status run(sink *k, int thinking, const char *stop, const char *const *pieces) {
+    return run_with(k, thinking, stop, NULL, pieces);
 }
 
 int main(void) {
@@ -87,5 +109,16 @@ int main(void) {
     run(&k, 1, NULL, stray);
     CHECK(!strcmp(k.text, "abd") && !strcmp(k.thought, "c"),
           "a close without an open changes nothing; an open inside a thought neither [%s] [%s]", k.text, k.thought);
+
+    static const chat_tool f = {.name = "get_weather", .schema_json = "{}"};
+    static const engine_tools tools = {.tools = &f, .n_tools = 1};
+    static const char *const call[] = {"<think>", "\nThey want Paris.\n", "</think>", "\n\n", "<tool_call>",
+                                       "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
+                                       "</tool_call>", NULL};
+    run_with(&k, 1, NULL, &tools, call);
+    CHECK(!strcmp(k.thought, "They want Paris.") && !k.text[0] &&
+              !strcmp(k.calls, "get_weather({\"city\": \"Paris\"})"),
+          "with tools: the thought, then the call parsed from the text after it [%s] [%s] [%s]", k.thought, k.text,
+          k.calls);
     CHECK_DONE();
 }

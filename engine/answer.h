@@ -1,7 +1,14 @@
 /* answer.h - where the text of the sampled tokens goes: through the stop
  * strings and the UTF-8 assembly (engine/textout.h) to on_text and, when
  * the request has tools, first through the split into text and tool calls
- * (engine/toolcall.h), the calls going to the on_tool_* callbacks. */
+ * (engine/toolcall.h), the calls going to the on_tool_* callbacks.
+ *
+ * Thinking: between answer_think(a, 1) and answer_think(a, 0) (the model's
+ * <think> and </think> tokens) the text is a thought: it goes, as whole
+ * UTF-8 characters and without stop strings, to on_thinking when the
+ * request enabled thinking, and nowhere otherwise. As Qwen3's template
+ * reads a thought back, the newlines that open and close it are not part of
+ * it, nor are those that open the text after it. */
 #ifndef ILPD_ANSWER_H
 #define ILPD_ANSWER_H
 
@@ -24,6 +31,11 @@ typedef struct {
     toolcall calls;
     int use_calls;        /* the request has tools: calls are parsed */
     answer_status status;
+    textout thought;      /* the thought's UTF-8 assembly */
+    int thinking;         /* inside <think> ... </think> */
+    int show_thoughts;    /* the request enabled thinking: thoughts go to on_thinking */
+    int lead;             /* newlines here are dropped (the start of a thought, or of the text after one) */
+    int held_newlines;    /* newlines of a thought held back: its end, unless more follows */
 } answer;
 
 /* Tools are parsed when GP has tools and a choice other than NONE, in the
@@ -34,6 +46,9 @@ void answer_free(answer *a);
 answer_status answer_push(answer *a, const char *bytes, size_t n);
 /* The answer has ended (not after a stop string): what is held is handed on. */
 answer_status answer_finish(answer *a);
+/* The model opened (OPEN 1) or closed (0) a thought; a close without an
+ * open (or an open inside one) changes nothing. */
+answer_status answer_think(answer *a, int open);
 /* Tool calls the answer has started. */
 int answer_tool_calls(const answer *a);
 

@@ -17,6 +17,15 @@
  *          <|im_start|>assistant\nA<|im_end|>\n ... <|im_start|>assistant\n
  *          (Qwen's default "You are a helpful assistant." system turn is not
  *          added: that belongs to one model's template, not to ChatML.)
+ *  qwen3   chatml, and when the request does not enable thinking the opened
+ *          assistant turn gets an empty thought, "<|im_start|>assistant\n
+ *          <think>\n\n</think>\n\n", as Qwen3's template does with
+ *          enable_thinking=false (an assistant prefill too: the template
+ *          puts an empty thought before the last assistant message); with
+ *          thinking on, the model opens its own <think> block
+ *          (engine/answer.h splits it off). Earlier thoughts
+ *          are not rendered (the server drops thinking blocks), as the
+ *          template strips reasoning from past turns.
  *  zephyr  [<|system|>\nS EOS\n]<|user|>\nU EOS\n<|assistant|>\nA EOS\n ...
  *          <|assistant|>\n   (no spaces around EOS: "...U</s>\n")
  *  llama2  [INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A EOS BOS[INST] U [/INST]
@@ -59,7 +68,7 @@
  *          in the assistant turn; each result is its own
  *          <|start_header_id|>ipython<|end_header_id|>\n\nTEXT<|eot_id|>
  *          turn (not trimmed, as the template has it).
- *  chatml  Qwen2.5's Hermes convention: system turn = [S\n\n] + "# Tools\n\n
+ *  chatml, qwen3  Qwen2.5's Hermes convention: system turn = [S\n\n] + "# Tools\n\n
  *          You may call one or more functions to assist with the user query.
  *          \n\nYou are provided with function signatures within <tools></tools>
  *          XML tags:\n<tools>" + "\n" + each tool (one line) + "\n</tools>\n\n
@@ -83,13 +92,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const family_names[CHAT_FAMILY_COUNT] = {"plain", "llama2", "llama3", "chatml", "zephyr"};
+static const char *const family_names[CHAT_FAMILY_COUNT] = {"plain", "llama2", "llama3", "chatml", "zephyr", "qwen3"};
 
 /* Returns the family whose marker T contains (checked in this order), else PLAIN. */
 chat_family chat_family_detect(const char *t) {
     if (!t) return CHAT_FAMILY_PLAIN;
     if (strstr(t, "<|start_header_id|>")) return CHAT_FAMILY_LLAMA3;
-    if (strstr(t, "<|im_start|>")) return CHAT_FAMILY_CHATML;
+    if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? CHAT_FAMILY_QWEN3 : CHAT_FAMILY_CHATML;
     if (strstr(t, "<|user|>")) return CHAT_FAMILY_ZEPHYR;
     if (strstr(t, "[INST]")) return CHAT_FAMILY_LLAMA2;
     return CHAT_FAMILY_PLAIN;
@@ -421,28 +430,32 @@ fail:
     return -1;
 }
 
-/* llama3, chatml and zephyr: one header, the text and an end per turn.
- * ROLE is the header's role name; TRIM trims the text (llama3's | trim);
- * OPEN leaves the turn's end off (assistant prefill). */
+/* llama3, chatml, qwen3 and zephyr: one header, the text and an end per
+ * turn. ROLE is the header's role name; TRIM trims the text (llama3's |
+ * trim); OPEN leaves the turn's end off (the answer, or an assistant
+ * prefill) and then LEAD (or NULL) goes before the text. */
 static void turn_headers(chat_buf *b, chat_family f, const char *eos, const char *role, const char *text, int trim,
-                         int open) {
+                         int open, const char *lead) {
     if (f == CHAT_FAMILY_LLAMA3) {
         put(b, "<|start_header_id|>");
         put(b, role);
         put(b, "<|end_header_id|>\n\n");
+        if (open) put(b, lead);
         if (trim) put_trimmed(b, text);
         else put(b, text);
         if (!open) put(b, "<|eot_id|>");
-    } else if (f == CHAT_FAMILY_CHATML) {
+    } else if (f == CHAT_FAMILY_CHATML || f == CHAT_FAMILY_QWEN3) {
         put(b, "<|im_start|>");
         put(b, role);
         put(b, "\n");
+        if (open) put(b, lead);
         put(b, text);
         if (!open) put(b, "<|im_end|>\n");
     } else {
         put(b, "<|");
         put(b, role);
         put(b, "|>\n");
+        if (open) put(b, lead);
         put(b, text);
         if (!open) {
             put(b, eos);
@@ -451,15 +464,19 @@ static void turn_headers(chat_buf *b, chat_family f, const char *eos, const char
     }
 }
 
-/* Renders the header-based families (llama3, chatml, zephyr) into B; SYS is
- * the system content (already trimmed for llama3), or NULL for no system turn. */
-static void render_headers(chat_buf *b, chat_family f, const char *eos, const char *sys, const turn *m, int n) {
-    if (sys) turn_headers(b, f, eos, "system", sys, 0, 0);
+/* Renders the header-based families (llama3, chatml, qwen3, zephyr) into B;
+ * SYS is the system content (already trimmed for llama3), or NULL for no
+ * system turn; THINKING as chat_render's. */
+static void render_headers(chat_buf *b, chat_family f, const char *eos, const char *sys, const turn *m, int n,
+                           int thinking) {
+    /* qwen3 without thinking: the answer (or the prefill) starts after an empty thought */
+    const char *lead = f == CHAT_FAMILY_QWEN3 && !thinking ? "<think>\n\n</think>\n\n" : NULL;
+    if (sys) turn_headers(b, f, eos, "system", sys, 0, 0, NULL);
     for (int i = 0; i < n; i++)
         turn_headers(b, f, eos, m[i].header ? m[i].header : role_name(m[i].role), m[i].text, !m[i].header,
-                     i == n - 1 && m[i].role == CHAT_ROLE_ASSISTANT);
+                     i == n - 1 && m[i].role == CHAT_ROLE_ASSISTANT, lead);
     if (n && m[n - 1].role == CHAT_ROLE_ASSISTANT) return;
-    turn_headers(b, f, eos, "assistant", "", 0, 1);
+    turn_headers(b, f, eos, "assistant", "", 0, 1, lead);
 }
 
 /* Renders llama2 into B: SYS is folded into the next user turn, each turn's
@@ -526,7 +543,7 @@ static void render_plain(chat_buf *b, const char *sys, const turn *m, int n) {
 /* Returns the rendered prompt (malloc'd, the caller frees it), or NULL when
  * out of memory or for a negative N / NULL MSGS with N > 0. */
 char *chat_render(chat_family f, const char *bos_text, const char *eos_text, const char *system,
-                  const chat_toolset *tools, const chat_message *msgs, int n) {
+                  const chat_toolset *tools, const chat_message *msgs, int n, int thinking) {
     chat_buf b = {0}, sys = {0};
     const char *bos = bos_text ? bos_text : "", *eos = eos_text ? eos_text : "";
     const chat_tool_syntax *syn = chat_tool_syntax_of(f);
@@ -554,7 +571,8 @@ char *chat_render(chat_family f, const char *bos_text, const char *eos_text, con
     case CHAT_FAMILY_LLAMA2: render_llama2(&b, bos, eos, s, m, n_m); break;
     case CHAT_FAMILY_LLAMA3:
     case CHAT_FAMILY_CHATML:
-    case CHAT_FAMILY_ZEPHYR: render_headers(&b, f, eos, s, m, n_m); break;
+    case CHAT_FAMILY_QWEN3:
+    case CHAT_FAMILY_ZEPHYR: render_headers(&b, f, eos, s, m, n_m, thinking); break;
     default: render_plain(&b, s, m, n_m); break;
     }
     ok = !b.failed;

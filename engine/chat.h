@@ -24,6 +24,7 @@ typedef enum {
     CHAT_FAMILY_LLAMA3,    /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
     CHAT_FAMILY_CHATML,    /* <|im_start|>role\n...<|im_end|>\n */
     CHAT_FAMILY_ZEPHYR,    /* <|user|>\n...</s>\n */
+    CHAT_FAMILY_QWEN3,     /* ChatML with thinking: an empty <think></think> opens the answer when thinking is off */
     CHAT_FAMILY_COUNT
 } chat_family;
 
@@ -98,7 +99,7 @@ const chat_tool_syntax *chat_tool_syntax_of(chat_family f);
 
 /* Recognises the family of a Jinja template text; NULL or unknown -> PLAIN. */
 chat_family chat_family_detect(const char *template_text);
-/* "llama2", "llama3", "chatml", "zephyr", "plain". */
+/* "llama2", "llama3", "chatml", "zephyr", "qwen3", "plain". */
 const char *chat_family_name(chat_family f);
 /* Parses a family name (as above); returns -1 when unknown. */
 int chat_family_parse(const char *name);
@@ -112,9 +113,11 @@ int chat_family_parse(const char *name);
  * content left open (no end-of-turn), so that generation continues it;
  * otherwise the output ends with the opening of an assistant turn. BOS_TEXT
  * is the text of the BOS token for families that repeat it between turns
- * (llama2), or NULL. Returns a malloc'd NUL-terminated string (the caller
- * frees it), or NULL when out of memory. */
+ * (llama2), or NULL. THINKING: the request lets the model think (families
+ * with thinking render the opened assistant turn accordingly; the others
+ * ignore it). Returns a malloc'd NUL-terminated string (the caller frees
+ * it), or NULL when out of memory. */
 char *chat_render(chat_family f, const char *bos_text, const char *eos_text, const char *system,
-                  const chat_toolset *tools, const chat_message *msgs, int n);
+                  const chat_toolset *tools, const chat_message *msgs, int n, int thinking);
 
 #endif

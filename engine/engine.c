@@ -37,6 +37,7 @@ struct engine {
     engine_info info;
     char *name;
     char bos_text[64], eos_text[64];
+    int32_t think_open, think_close; /* the tokens <think> and </think> (answer.h), or -1 when not both exist */
     probe probe;
     int probe_loaded, layer_skip;
     char *probe_path;
@@ -205,13 +206,17 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     if (p->chat_template && *p->chat_template) {
         int f = chat_family_parse(p->chat_template);
         if (f < 0) {
-            snprintf(err, errlen, "unknown chat template '%s' (llama2, llama3, chatml, zephyr, plain)", p->chat_template);
+            snprintf(err, errlen, "unknown chat template '%s' (llama2, llama3, chatml, qwen3, zephyr, plain)",
+                     p->chat_template);
             goto fail;
         }
         e->family = (chat_family)f;
     }
     token_text_copy(e->vocab, tok_bos(e->vocab), e->bos_text, sizeof e->bos_text);
     token_text_copy(e->vocab, tok_eos(e->vocab), e->eos_text, sizeof e->eos_text);
+    e->think_open = tok_find(e->vocab, "<think>");
+    e->think_close = tok_find(e->vocab, "</think>");
+    if (e->think_open < 0 || e->think_close < 0) e->think_open = e->think_close = -1;
     e->kv_type = p->kv_f16 ? KB_KV_F16 : KB_KV_F32;
 
     engine_info *in = &e->info;
@@ -229,6 +234,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->path = e->gguf->path;
     in->arch = m->arch;
     in->template_family = chat_family_name(e->family);
+    in->thinking_tags = e->think_open >= 0;
     in->device_name = e->kb->name;
     struct stat st;
     in->created_at = stat(p->model_path, &st) == 0 ? (long long)st.st_mtime : 0;
@@ -317,7 +323,7 @@ int engine_token_is_bos(const engine *e, int32_t id) { return id >= 0 && id == t
 
 /* Returns the token count (the caller frees *tokens), or -1 with ERR set. */
 int engine_prompt_build(const engine *e, const char *system, const engine_tools *tools, const engine_message *msgs,
-                        int n_msgs, int32_t **tokens, char *err, size_t errlen) {
+                        int n_msgs, int thinking, int32_t **tokens, char *err, size_t errlen) {
     size_t n_parts = 1;
     for (int i = 0; i < n_msgs; i++) n_parts += msgs[i].n_parts > 0 && msgs[i].parts ? (size_t)msgs[i].n_parts : 1;
     chat_message *cm = calloc((size_t)(n_msgs ? n_msgs : 1), sizeof *cm);
@@ -342,7 +348,7 @@ int engine_prompt_build(const engine *e, const char *system, const engine_tools 
             cm[n_cm - 1].n_parts++;
         }
     }
-    rendered = chat_render(e->family, e->bos_text, e->eos_text, system, tools, cm, n_cm);
+    rendered = chat_render(e->family, e->bos_text, e->eos_text, system, tools, cm, n_cm, thinking);
     if (!rendered) goto oom;
     n = engine_tokenize(e, rendered, 1, tokens);
     if (n < 0) snprintf(err, errlen, "the prompt could not be tokenized");
@@ -729,7 +735,8 @@ static emit_status emit_token(gen *g, int32_t tok, int pos, int forced) {
     int len = tok_piece(g->e->vocab, tok, g->piece, PIECE_MAX);
     size_t n = len > PIECE_MAX ? PIECE_MAX : (len > 0 ? (size_t)len : 0);
     if (!forced && constrain_accept(g->con, tok, g->piece, n)) return EMIT_REFUSED;
-    answer_status as = answer_push(g->ans, g->piece, n);
+    int think = tok == g->e->think_open ? 1 : tok == g->e->think_close ? 0 : -1;
+    answer_status as = think >= 0 ? answer_think(g->ans, think) : answer_push(g->ans, g->piece, n);
     if (as == ANSWER_OOM) return EMIT_OOM;
     if (as == ANSWER_CANCEL) return EMIT_CANCEL;
     if (as == ANSWER_STOP_SEQUENCE) {

@@ -67,7 +67,7 @@ typedef enum {
 typedef struct {
     const char *name;          /* general.name, or the file's base name */
     const char *path;
-    const char *arch;          /* "llama" | "qwen2" */
+    const char *arch;          /* general.architecture: a family of engine/arch.h */
     const char *template_family;
     const char *device_name;   /* "cpu" | "cuda:0 (NVIDIA ...)" */
     long long created_at;      /* model file's mtime, unix seconds */
@@ -75,6 +75,7 @@ typedef struct {
     size_t weight_bytes;       /* bytes of weights held in memory */
     size_t layer_bytes[MASK_MAX_LAYERS]; /* weight bytes of each layer */
     size_t head_bytes;         /* weight bytes of the output head (read every token) */
+    int thinking_tags;         /* the vocabulary has <think> and </think>: thoughts are split off */
     int probe_k;               /* layers that always run before the probe decides */
     int probe_loaded;          /* 1 when a probe matched the model and skipping is on */
     const char *probe_path;    /* the probe in use, or NULL */
@@ -146,6 +147,12 @@ typedef struct {
     uint64_t cache_key;
     double cache_ttl_s;
     int cache_hint, cache_off;
+    /* The request enables thinking (the Messages API's thinking field). A
+     * model that thinks between <think> and </think> tokens (Qwen3) has its
+     * thoughts handed to on_thinking then, and dropped otherwise: they never
+     * reach on_text (engine/answer.h). Thinking tokens count in max_tokens;
+     * stop strings do not apply to them. */
+    int thinking;
 } engine_gen_params;
 
 typedef struct {
@@ -164,6 +171,9 @@ typedef struct {
     int (*on_tool_start)(void *ud, const char *name);
     int (*on_tool_input)(void *ud, const char *json, size_t len);
     int (*on_tool_end)(void *ud);
+    /* The model's thoughts as they become final (whole UTF-8 characters),
+     * when gp->thinking; before any text. Return nonzero to cancel. */
+    int (*on_thinking)(void *ud, const char *text, size_t len);
     /* During prefill, after each layer: N_DONE of N_TOTAL units of work. */
     void (*on_progress)(void *ud, int n_done, int n_total);
     void *ud;
@@ -202,12 +212,13 @@ const engine_info *engine_get_info(const engine *e);
 
 /* Renders SYSTEM (may be NULL), TOOLS (may be NULL) and the messages with
  * the chat template and tokenizes the result (BOS included when the model
- * adds one). Consecutive messages of the same role are merged into one turn
+ * adds one). THINKING: the request enables thinking (a template with
+ * thinking, Qwen3's, opens the answer with an empty thought otherwise). Consecutive messages of the same role are merged into one turn
  * (their parts in order; texts joined with a blank line). A last assistant
  * message is left open for continuation. Returns the token count and a
  * malloc'd array in *tokens (caller frees), or -1 with err set. */
 int engine_prompt_build(const engine *e, const char *system, const engine_tools *tools, const engine_message *msgs,
-                        int n_msgs, int32_t **tokens, char *err, size_t errlen);
+                        int n_msgs, int thinking, int32_t **tokens, char *err, size_t errlen);
 
 /* Checks that the tools' input schemas and FORMAT_SCHEMA (either may be
  * NULL) can constrain the output (engine/constrain.h). Returns 0, or -1

@@ -1,4 +1,5 @@
-/* model.c - loading Llama/Qwen2 weights and the masked forward pass. */
+/* model.c - loading the weights of the Llama-block families (engine/arch.h)
+ * and the masked forward pass. */
 #include "engine/model.h"
 #include "probe/mask.h"
 
@@ -101,27 +102,32 @@ typedef struct {
 
 /* A layer's weights, listed once: the tensor name after "blk.N.", the
  * field, and the shape as widths of the model (rows NONE: a 1-D tensor). */
-typedef enum { WIDTH_NONE, WIDTH_DIM, WIDTH_Q, WIDTH_KV, WIDTH_FFN } width_kind;
+typedef enum { WIDTH_NONE, WIDTH_DIM, WIDTH_Q, WIDTH_KV, WIDTH_FFN, WIDTH_HEAD } width_kind;
+/* Weights every family has, and the groups a family has or not (arch.h):
+ * within a group the first weight decides, and the others must follow. */
+typedef enum { GROUP_CORE, GROUP_BIAS, GROUP_QK_NORM } weight_group;
 typedef struct {
     const char *suffix;
     size_t field;         /* offsetof(model_layer, ...) */
     width_kind cols, rows;
-    int bias;             /* qwen2's q/k/v biases: required there, absent elsewhere */
+    weight_group group;
 } layer_weight_def;
 
 static const layer_weight_def LAYER_WEIGHTS[] = {
-    {"attn_norm.weight", offsetof(model_layer, attn_norm), WIDTH_DIM, WIDTH_NONE, 0},
-    {"attn_q.weight", offsetof(model_layer, wq), WIDTH_DIM, WIDTH_Q, 0},
-    {"attn_k.weight", offsetof(model_layer, wk), WIDTH_DIM, WIDTH_KV, 0},
-    {"attn_v.weight", offsetof(model_layer, wv), WIDTH_DIM, WIDTH_KV, 0},
-    {"attn_output.weight", offsetof(model_layer, wo), WIDTH_Q, WIDTH_DIM, 0},
-    {"ffn_norm.weight", offsetof(model_layer, ffn_norm), WIDTH_DIM, WIDTH_NONE, 0},
-    {"ffn_gate.weight", offsetof(model_layer, w_gate), WIDTH_DIM, WIDTH_FFN, 0},
-    {"ffn_up.weight", offsetof(model_layer, w_up), WIDTH_DIM, WIDTH_FFN, 0},
-    {"ffn_down.weight", offsetof(model_layer, w_down), WIDTH_FFN, WIDTH_DIM, 0},
-    {"attn_q.bias", offsetof(model_layer, bq), WIDTH_Q, WIDTH_NONE, 1},
-    {"attn_k.bias", offsetof(model_layer, bk), WIDTH_KV, WIDTH_NONE, 1},
-    {"attn_v.bias", offsetof(model_layer, bv), WIDTH_KV, WIDTH_NONE, 1},
+    {"attn_norm.weight", offsetof(model_layer, attn_norm), WIDTH_DIM, WIDTH_NONE, GROUP_CORE},
+    {"attn_q.weight", offsetof(model_layer, wq), WIDTH_DIM, WIDTH_Q, GROUP_CORE},
+    {"attn_k.weight", offsetof(model_layer, wk), WIDTH_DIM, WIDTH_KV, GROUP_CORE},
+    {"attn_v.weight", offsetof(model_layer, wv), WIDTH_DIM, WIDTH_KV, GROUP_CORE},
+    {"attn_output.weight", offsetof(model_layer, wo), WIDTH_Q, WIDTH_DIM, GROUP_CORE},
+    {"ffn_norm.weight", offsetof(model_layer, ffn_norm), WIDTH_DIM, WIDTH_NONE, GROUP_CORE},
+    {"ffn_gate.weight", offsetof(model_layer, w_gate), WIDTH_DIM, WIDTH_FFN, GROUP_CORE},
+    {"ffn_up.weight", offsetof(model_layer, w_up), WIDTH_DIM, WIDTH_FFN, GROUP_CORE},
+    {"ffn_down.weight", offsetof(model_layer, w_down), WIDTH_FFN, WIDTH_DIM, GROUP_CORE},
+    {"attn_q.bias", offsetof(model_layer, bq), WIDTH_Q, WIDTH_NONE, GROUP_BIAS},
+    {"attn_k.bias", offsetof(model_layer, bk), WIDTH_KV, WIDTH_NONE, GROUP_BIAS},
+    {"attn_v.bias", offsetof(model_layer, bv), WIDTH_KV, WIDTH_NONE, GROUP_BIAS},
+    {"attn_q_norm.weight", offsetof(model_layer, q_norm), WIDTH_HEAD, WIDTH_NONE, GROUP_QK_NORM},
+    {"attn_k_norm.weight", offsetof(model_layer, k_norm), WIDTH_HEAD, WIDTH_NONE, GROUP_QK_NORM},
 };
 #define N_LAYER_WEIGHTS (sizeof LAYER_WEIGHTS / sizeof *LAYER_WEIGHTS)
 
@@ -133,13 +139,35 @@ static int width_of(const model *m, width_kind k) {
     case WIDTH_Q: return m->q_dim;
     case WIDTH_KV: return m->kv_dim;
     case WIDTH_FFN: return m->ffn_dim;
+    case WIDTH_HEAD: return m->head_dim;
     case WIDTH_NONE: break;
     }
     return 0;
 }
 
-/* Computes the RoPE inverse frequencies, applying Llama 3 scaling
- * (rope_freqs.weight factors, or the rope.scaling.* keys) or linear scaling. */
+/* YaRN (llama.cpp's rope_yarn with ext_factor 1): frequency I of HALF is
+ * the interpolated one (F / FACTOR) below the correction range [LOW, HIGH]
+ * of dimension pairs, the original one above it, a linear ramp between. */
+static double yarn_freq(double f, int i, double factor, double low, double high) {
+    double y = (i - low) / (high - low > 0.001 ? high - low : 0.001);
+    double keep = 1 - (y < 0 ? 0 : y > 1 ? 1 : y); /* share of the original frequency */
+    return f / factor * (1 - keep) + f * keep;
+}
+
+/* The first (LOW, rounded down) and last (HIGH, rounded up) dimension pair
+ * whose wavelength fits BETA_FAST / BETA_SLOW turns in ORIG positions, as
+ * ggml_rope_yarn_corr_dims computes them. */
+static void yarn_range(int n_dims, int orig, float base, float beta_fast, float beta_slow, double *low, double *high) {
+    float lo = floorf(n_dims * logf(orig / (beta_fast * 2 * (float)M_PI)) / (2 * logf(base)));
+    float hi = ceilf(n_dims * logf(orig / (beta_slow * 2 * (float)M_PI)) / (2 * logf(base)));
+    *low = lo > 0 ? lo : 0;
+    *high = hi < n_dims - 1 ? hi : n_dims - 1;
+}
+
+/* Computes the RoPE inverse frequencies with the file's scaling: Llama 3.1
+ * (rope_freqs.weight factors, or the rope.scaling.* keys), linear, or YaRN
+ * (which also scales the rotation by mscale = 1 + 0.1 ln(factor), as
+ * llama.cpp does for files without yarn_log_multiplier). */
 static int rope_setup(model *m, loader *ld) {
     int half = m->head_dim / 2;
     float base = arch_float(ld, m->arch, "rope.freq_base", 10000.0f);
@@ -151,16 +179,36 @@ static int rope_setup(model *m, loader *ld) {
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
     char *stype = gguf_kv_get_str(ld->f, key);
+    enum { NONE, LINEAR, LLAMA3, YARN } kind = NONE;
+    if (stype && !strcmp(stype, "linear")) kind = LINEAR;
+    else if (stype && !strcmp(stype, "llama3")) kind = LLAMA3;
+    else if (stype && !strcmp(stype, "yarn")) kind = YARN;
+    else if (stype && strcmp(stype, "none")) {
+        /* LongRoPE has factor tables of its own: refused rather than run wrong */
+        int rc = load_fail(ld, "unsupported rope scaling '%s' (none, linear, llama3 and yarn are supported)", stype);
+        free(stype);
+        return rc;
+    }
+    free(stype);
     float factor = arch_float(ld, m->arch, "rope.scaling.factor", 1.0f);
     float lo = arch_float(ld, m->arch, "rope.scaling.low_freq_factor", 1.0f);
     float hi = arch_float(ld, m->arch, "rope.scaling.high_freq_factor", 4.0f);
     int orig = m->n_ctx_train;
-    arch_int(ld, m->arch, "rope.scaling.original_context_length", m->n_ctx_train, &orig);
+    if (arch_int(ld, m->arch, "rope.scaling.original_context_length", m->n_ctx_train, &orig)) return -1;
+    if (kind != NONE && !(factor > 0)) return load_fail(ld, "rope.scaling.factor %g must be positive", factor);
+    if (kind == YARN && arch_float(ld, m->arch, "rope.scaling.yarn_log_multiplier", 0.0f) != 0.0f)
+        return load_fail(ld, "YaRN with yarn_log_multiplier (DeepSeek's attention factor) is unsupported");
+    double y_low = 0, y_high = 0;
+    if (kind == YARN && !ft) {
+        yarn_range(m->head_dim, orig, base, arch_float(ld, m->arch, "rope.scaling.yarn_beta_fast", 32.0f),
+                   arch_float(ld, m->arch, "rope.scaling.yarn_beta_slow", 1.0f), &y_low, &y_high);
+        m->attn.mscale = factor > 1 ? 1.0f + 0.1f * logf(factor) : 1.0f;
+    }
     for (int i = 0; i < half; i++) {
         double f = pow(base, -2.0 * i / m->head_dim);
         if (ft) {
             f /= ((const float *)ft->data)[i];
-        } else if (stype && !strcmp(stype, "llama3") && factor > 0) {
+        } else if (kind == LLAMA3) {
             double wavelen = 2 * M_PI / f, lo_wl = orig / lo, hi_wl = orig / hi;
             if (wavelen > lo_wl) {
                 f /= factor;
@@ -168,12 +216,13 @@ static int rope_setup(model *m, loader *ld) {
                 double smooth = (orig / wavelen - lo) / (hi - lo);
                 f = (1 - smooth) * f / factor + smooth * f;
             }
-        } else if (stype && !strcmp(stype, "linear") && factor > 0) {
+        } else if (kind == LINEAR) {
             f /= factor;
+        } else if (kind == YARN) {
+            f = yarn_freq(f, i, factor, y_low, y_high);
         }
         m->inv_freq[i] = (float)f;
     }
-    free(stype);
     m->attn.inv_freq = m->inv_freq;
     return 0;
 }
@@ -181,8 +230,9 @@ static int rope_setup(model *m, loader *ld) {
 static int read_hparams(model *m, loader *ld) {
     char *arch = gguf_kv_get_str(ld->f, "general.architecture");
     if (!arch) return load_fail(ld, "missing 'general.architecture'");
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2")) {
-        int rc = load_fail(ld, "unsupported architecture '%s' (llama and qwen2 are supported)", arch);
+    m->family = arch_find(arch);
+    if (!m->family) {
+        int rc = load_fail(ld, "unsupported architecture '%s' (%s are supported)", arch, arch_names());
         free(arch);
         return rc;
     }
@@ -198,6 +248,10 @@ static int read_hparams(model *m, loader *ld) {
         return load_fail(ld, "block_count %d is more than the %d layers supported", m->n_layers, MASK_MAX_LAYERS);
     if (m->dim % m->n_heads) return load_fail(ld, "embedding_length %d is not a multiple of head_count %d", m->dim, m->n_heads);
     if (arch_int(ld, m->arch, "attention.key_length", m->dim / m->n_heads, &m->head_dim)) return -1;
+    int head_v = m->head_dim;
+    if (arch_int(ld, m->arch, "attention.value_length", m->head_dim, &head_v)) return -1;
+    if (head_v != m->head_dim)
+        return load_fail(ld, "key and value heads of different sizes (%d, %d) are unsupported", m->head_dim, head_v);
     if (m->n_heads % m->n_kv_heads)
         return load_fail(ld, "head_count %d is not a multiple of head_count_kv %d", m->n_heads, m->n_kv_heads);
     if (m->head_dim % 2 || m->head_dim > 1024) return load_fail(ld, "unsupported head size %d", m->head_dim);
@@ -212,7 +266,7 @@ static int read_hparams(model *m, loader *ld) {
     m->attn.n_heads = m->n_heads;
     m->attn.n_kv_heads = m->n_kv_heads;
     m->attn.head_dim = m->head_dim;
-    m->attn.neox = !strcmp(m->arch, "qwen2");
+    m->attn.neox = m->family->neox;
     const gguf_tensor *emb = gguf_tensor_find(ld->f, "token_embd.weight");
     if (!emb || emb->n_dims != 2) return load_fail(ld, "missing 2-D tensor 'token_embd.weight'");
     if (emb->ne[1] > (1u << 24)) return load_fail(ld, "absurd vocabulary size %llu", (unsigned long long)emb->ne[1]);
@@ -243,17 +297,22 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     WEIGHT("output_norm.weight", &m->output_norm, m->dim, 0, 0);
     WEIGHT("output.weight", &m->output, m->dim, m->n_vocab, 1);
     if (rc == 1) m->output = m->tok_embd; /* tied head: shares the embedding */
-    int qwen2 = !strcmp(m->arch, "qwen2");
     for (int l = 0; l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
         char name[96];
+        int *has[] = {[GROUP_BIAS] = &L->has_bias, [GROUP_QK_NORM] = &L->has_qk_norm};
+        arch_need need[] = {[GROUP_BIAS] = m->family->qkv_bias, [GROUP_QK_NORM] = m->family->qk_norm};
+        weight_group prev = GROUP_CORE;
         for (size_t i = 0; i < N_LAYER_WEIGHTS; i++) {
             const layer_weight_def *d = &LAYER_WEIGHTS[i];
-            /* the first bias decides: required on qwen2, and then so are the others */
-            int optional = d->bias && (d->field == offsetof(model_layer, bq) ? !qwen2 : !L->has_bias);
+            int first = d->group != prev;
+            prev = d->group;
+            if (d->group != GROUP_CORE && need[d->group] == ARCH_ABSENT) continue;
+            /* the group's first weight decides whether the others are required */
+            int optional = d->group != GROUP_CORE && (first ? need[d->group] == ARCH_OPTIONAL : !*has[d->group]);
             snprintf(name, sizeof name, "blk.%d.%s", l, d->suffix);
             WEIGHT(name, layer_weight(L, i), width_of(m, d->cols), width_of(m, d->rows), optional);
-            if (d->field == offsetof(model_layer, bq)) L->has_bias = rc == 0;
+            if (d->group != GROUP_CORE && first) *has[d->group] = rc == 0;
         }
     }
 #undef WEIGHT
@@ -442,6 +501,10 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
         kb->add_bias(kb, s->q, &L->bq, n);
         kb->add_bias(kb, s->k, &L->bk, n);
         kb->add_bias(kb, s->v, &L->bv, n);
+    }
+    if (L->has_qk_norm) { /* each head a row of head_dim values, normed in place */
+        kb->rmsnorm(kb, s->q, s->q, &L->q_norm, n * m->n_heads, m->head_dim, m->eps);
+        kb->rmsnorm(kb, s->k, s->k, &L->k_norm, n * m->n_kv_heads, m->head_dim, m->eps);
     }
     kb->rope(kb, s->q, n, m->n_heads, &m->attn, pos0 + r0);
     kb->rope(kb, s->k, n, m->n_kv_heads, &m->attn, pos0 + r0);

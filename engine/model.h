@@ -1,4 +1,4 @@
-/* model.h - a Llama-family transformer: weights, hyper-parameters and the
+/* model.h - a Llama-block transformer (the families of engine/arch.h): weights, hyper-parameters and the
  * forward pass over a per-request layer mask.
  *
  * The forward pass is layer-major: model_forward_layers() runs a range of
@@ -14,17 +14,20 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
+#include "engine/arch.h"
 #include "engine/gguf.h"
 
 typedef struct {
     kb_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    kb_weight bq, bk, bv; /* qwen2 only (has_bias) */
-    int has_bias;
+    kb_weight bq, bk, bv; /* q/k/v biases (qwen2; has_bias) */
+    kb_weight q_norm, k_norm; /* per-head Q/K RMSNorm, head_dim values (qwen3; has_qk_norm) */
+    int has_bias, has_qk_norm;
     size_t bytes;         /* weight bytes of this layer */
 } model_layer;
 
 typedef struct {
     char arch[16];
+    const model_arch *family; /* what differs from the Llama block (engine/arch.h) */
     int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, n_vocab, n_ctx_train;
     int q_dim, kv_dim;
     float eps;

@@ -784,11 +784,13 @@ static void bpe_fragment(tok_work *w, const char *s, size_t n) {
 }
 
 /* Returns the special token whose text starts the N bytes at S (the longest
- * when several do), or -1. */
-static int32_t special_at(const tok_vocab *v, const char *s, size_t n) {
+ * when several do), or -1. Without PARSE_SPECIAL only user-defined tokens
+ * count (as llama.cpp has it: Qwen's <think> is one token in any text). */
+static int32_t special_at(const tok_vocab *v, const char *s, size_t n, int parse_special) {
     unsigned char b = (unsigned char)s[0];
     for (uint32_t k = v->special_at[b]; k < v->special_at[b + 1]; k++) {
         int32_t id = v->special[k];
+        if (!parse_special && v->type[id] != TOK_TYPE_USER_DEFINED) continue;
         if (v->len[id] <= n && !memcmp(s, v->arena + v->off[id], v->len[id])) return id;
     }
     return -1;
@@ -817,8 +819,8 @@ static int encode(const tok_vocab *v, const char *text, size_t len, int add_bos,
     if (add_bos && v->add_bos) emit(&w, v->bos);
     int prefix = first_prefix && v->add_space_prefix; /* SPM: before the first fragment and after each special token */
     size_t start = 0;
-    for (size_t i = 0; parse_special && i < len && !w.failed;) {
-        int32_t sp = special_at(v, text + i, len - i);
+    for (size_t i = 0; i < len && !w.failed;) {
+        int32_t sp = special_at(v, text + i, len - i, parse_special);
         if (sp < 0) {
             i++;
             continue;

@@ -38,10 +38,11 @@ tok_vocab *tok_vocab_load(const gguf_file *f, char *err, size_t errlen);
 void tok_vocab_free(tok_vocab *v);
 
 /* Encodes LEN bytes of TEXT. With add_bos, BOS is prepended when the model
- * adds one (tokenizer.ggml.add_bos_token, default true for SPM). With
- * parse_special, the texts of control and user-defined tokens (e.g.
- * "<|im_start|>") are recognised as those single tokens; otherwise they are
- * ordinary text. Writes at most CAP ids to OUT and returns the full count
+ * adds one (tokenizer.ggml.add_bos_token, default true for SPM). The texts
+ * of user-defined tokens (e.g. Qwen's "<think>") are always recognised as
+ * those single tokens, as llama.cpp does; with parse_special, those of
+ * control tokens (e.g. "<|im_start|>") too, otherwise they are ordinary
+ * text. Writes at most CAP ids to OUT and returns the full count
  * (call again with a larger buffer when it exceeds CAP), or -1 on error. */
 int tok_encode(const tok_vocab *v, const char *text, size_t len, int add_bos, int parse_special, int32_t *out,
                int cap);

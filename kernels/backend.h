@@ -60,6 +60,7 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim;
     int neox;           /* 1: rotate (x[i], x[i+d/2]) pairs; 0: adjacent (x[2i], x[2i+1]) */
     const float *inv_freq; /* head_dim/2 inverse frequencies (host memory) */
+    float mscale;       /* YaRN: the rotation's cos and sin are multiplied by this (0: by 1) */
 } kb_attn_shape;
 
 /* What the scratch of one request must hold (reserve). */
@@ -99,7 +100,8 @@ struct kb_backend {
 
     /* out[i] = row tokens[i] of EMB (any weight type), for n tokens (host ids). */
     void (*embed)(kb_backend *kb, float *out, const kb_weight *emb, const int32_t *tokens, int n);
-    /* out = x / rms(x) * w, row by row; w is an F32 weight of DIM values. */
+    /* out = x / rms(x) * w, row by row; w is an F32 weight of DIM values.
+     * OUT may be X (normed in place: Qwen3's per-head Q/K norms). */
     void (*rmsnorm)(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps);
     /* out[n][w->rows] = x[n][w->cols] times W transposed. For n <= KB_EXACT_ROWS
      * (CPU backend) every row of out is bit for bit what a call with that one

@@ -123,6 +123,7 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
     INT_KEY("test_scratch_fail_request", test_scratch_fail_request, 0, 1 << 30)
     INT_KEY("test_kernel_fail_request", test_kernel_fail_request, 0, 1 << 30)
     INT_KEY("test_kernel_fail_token", test_kernel_fail_token, 0, 1 << 30)
+    INT_KEY("test_draft_always", test_draft_always, 0, 1)
 #undef INT_KEY
 #undef STR_KEY
     if (!strcmp(key, "max_body_bytes")) {

@@ -21,6 +21,7 @@ typedef struct {
     int shutdown_grace_s, ping_interval_ms, connection_timeout_s, request_timeout_s, keep_warm_s;
     /* testing: faults injected into the N-th generation (engine_params) */
     int test_kv_fail_request, test_scratch_fail_request, test_kernel_fail_request, test_kernel_fail_token;
+    int test_draft_always; /* lossless mode drafts whenever it can (engine_params.spec_always) */
     int rate_limit_rpm, rate_limit_burst; /* requests per minute per key (0: no limit); bucket size */
     unsigned char key_sha256[CFG_MAX_KEYS][32]; /* accepted API keys, hashed */
     int n_keys;

@@ -208,7 +208,8 @@ static int prepare(struct MHD_Connection *c, req_ctx *r, msg_request *req, int32
         msg_request_free(req);
         return -1;
     }
-    int n = engine_prompt_build(S->engine, req->system, &req->tools, req->msgs, req->n_msgs, tokens, err, sizeof err);
+    int n = engine_prompt_build(S->engine, req->system, &req->tools, req->msgs, req->n_msgs, req->thinking,
+                                tokens, err, sizeof err);
     if (n < 0) {
         *rc = send_error(c, r, 500, "api_error", err, 0);
         msg_request_free(req);

@@ -436,6 +436,29 @@ static int parse_format(const cJSON *root, msg_request *req, msg_error *e) {
     return 0;
 }
 
+/* thinking: {"type": "enabled", "budget_tokens": N} (1024 <= N, and N <
+ * max_tokens outside count_tokens), {"type": "adaptive"} or {"type":
+ * "disabled"}, into REQ->thinking. 0 or -1. */
+static int parse_thinking(const cJSON *root, int count_only, msg_request *req, msg_error *e) {
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
+    if (!th || cJSON_IsNull(th)) return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(th, "type");
+    const char *t = cJSON_IsObject(th) && cJSON_IsString(type) ? type->valuestring : NULL;
+    if (!t) return bad(e, "thinking.type: field required (enabled, adaptive or disabled)");
+    if (!strcmp(t, "disabled")) return 0;
+    if (strcmp(t, "enabled") && strcmp(t, "adaptive"))
+        return bad(e, "thinking.type: must be enabled, adaptive or disabled, got '%.64s'", t);
+    req->thinking = 1;
+    if (!strcmp(t, "adaptive")) return 0;
+    const cJSON *budget = cJSON_GetObjectItemCaseSensitive(th, "budget_tokens");
+    if (!cJSON_IsNumber(budget) || budget->valuedouble != floor(budget->valuedouble))
+        return bad(e, "thinking.budget_tokens: field required (an integer) for type enabled");
+    if (budget->valuedouble < 1024) return bad(e, "thinking.budget_tokens: must be >= 1024");
+    if (!count_only && budget->valuedouble >= req->max_tokens)
+        return bad(e, "thinking.budget_tokens: must be less than max_tokens (%d)", req->max_tokens);
+    return 0;
+}
+
 /* stop_sequences, stream and metadata into REQ. 0 or -1. */
 static int parse_options(const cJSON *root, msg_request *req, msg_error *e) {
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop_sequences");
@@ -528,7 +551,7 @@ int msg_parse(const char *body, size_t len, int count_only, int max_depth, msg_r
         if (!req->system) goto fail;
     }
     if (parse_messages(root, req, e) || parse_tools(root, req, e) || parse_sampling(root, req, e) ||
-        parse_options(root, req, e) || parse_format(root, req, e))
+        parse_options(root, req, e) || parse_format(root, req, e) || parse_thinking(root, count_only, req, e))
         goto fail;
     if (!req->model) {
         bad(e, "out of memory");

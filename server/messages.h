@@ -25,6 +25,7 @@ typedef struct {
     char *format_schema;     /* output_config.format's JSON schema as text (freed with cJSON_free), or NULL */
     int cache_hint;          /* a cache_control breakpoint in system, tools or messages */
     double cache_ttl_s;      /* the longest of their TTLs: 300 ("5m", the default) or 3600 ("1h"); 0 without */
+    int thinking;            /* thinking.type enabled or adaptive (budget_tokens is checked, not enforced) */
 } msg_request;
 
 /* An error for the client: HTTP status, Anthropic error type, message. */

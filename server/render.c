@@ -74,10 +74,20 @@ static cJSON *usage(const render_message_info *m, int output) {
     return checked(u, ok && put(u, "output_tokens", cJSON_CreateNumber(output)));
 }
 
-/* {"type": TYPE, "text": TEXT}: a text block or a text delta. */
-static cJSON *typed_text(const char *type, const char *text) {
+/* {"type": TYPE, KEY: VALUE}: a text block, a delta. */
+static cJSON *typed_str(const char *type, const char *key, const char *value) {
     cJSON *o = typed(type);
-    return checked(o, put(o, "text", cJSON_CreateString(text)));
+    return checked(o, put(o, key, cJSON_CreateString(value)));
+}
+
+static cJSON *typed_text(const char *type, const char *text) { return typed_str(type, "text", text); }
+
+#define THINKING_SIGNATURE "" /* render.h: nothing is signed */
+
+/* {"type": "thinking", "thinking": TEXT, "signature": ""}. */
+static cJSON *thinking_block(const char *text) {
+    cJSON *o = typed_str("thinking", "thinking", text);
+    return checked(o, put(o, "signature", cJSON_CreateString(THINKING_SIGNATURE)));
 }
 
 /* [ITEM]; takes ITEM. NULL when ITEM is NULL or out of memory. */
@@ -158,6 +168,7 @@ static cJSON *tool_use(const char *id, const char *name, cJSON *input) {
 
 static cJSON *block_object(const render_block *b) {
     if (b->type == RENDER_BLOCK_TOOL_USE) return tool_use(b->id, b->name, tool_input(b->text));
+    if (b->type == RENDER_BLOCK_THINKING) return thinking_block(b->text ? b->text : "");
     return typed_text("text", b->text ? b->text : "");
 }
 
@@ -212,13 +223,31 @@ char *render_sse_block_start(int index) {
     return sse("content_block_start", checked(o, put(o, "content_block", typed_text("text", ""))));
 }
 
-char *render_sse_text_delta(int index, const char *text, size_t len) {
+/* A content_block_delta whose delta is {"type": TYPE, KEY: LEN bytes of TEXT}. */
+static char *string_delta(int index, const char *type, const char *key, const char *text, size_t len) {
     char *t = strndup(text, len);
     if (!t) return NULL;
     cJSON *o = typed_index("content_block_delta", index);
-    int ok = put(o, "delta", typed_text("text_delta", t));
+    int ok = put(o, "delta", typed_str(type, key, t));
     free(t);
     return sse("content_block_delta", checked(o, ok));
+}
+
+char *render_sse_text_delta(int index, const char *text, size_t len) {
+    return string_delta(index, "text_delta", "text", text, len);
+}
+
+char *render_sse_thinking_start(int index) {
+    cJSON *o = typed_index("content_block_start", index);
+    return sse("content_block_start", checked(o, put(o, "content_block", thinking_block(""))));
+}
+
+char *render_sse_thinking_delta(int index, const char *text, size_t len) {
+    return string_delta(index, "thinking_delta", "thinking", text, len);
+}
+
+char *render_sse_signature_delta(int index) {
+    return string_delta(index, "signature_delta", "signature", THINKING_SIGNATURE, strlen(THINKING_SIGNATURE));
 }
 
 char *render_sse_tool_use_start(int index, const char *id, const char *name) {
@@ -227,14 +256,7 @@ char *render_sse_tool_use_start(int index, const char *id, const char *name) {
 }
 
 char *render_sse_input_delta(int index, const char *json, size_t len) {
-    char *t = strndup(json, len);
-    if (!t) return NULL;
-    cJSON *o = typed_index("content_block_delta", index);
-    cJSON *d = typed("input_json_delta");
-    d = checked(d, put(d, "partial_json", cJSON_CreateString(t)));
-    int ok = put(o, "delta", d);
-    free(t);
-    return sse("content_block_delta", checked(o, ok));
+    return string_delta(index, "input_json_delta", "partial_json", json, len);
 }
 
 char *render_sse_block_stop(int index) { return sse("content_block_stop", typed_index("content_block_stop", index)); }

@@ -38,12 +38,14 @@ typedef struct {
                             N > 0: x-should-retry: true and retry-after: N */
 } render_error;
 
-/* One content block of an answer. */
-typedef enum { RENDER_BLOCK_TEXT, RENDER_BLOCK_TOOL_USE } render_block_type;
+/* One content block of an answer. A thinking block's signature is always
+ * "": this server signs nothing (thinking blocks sent back are not put into
+ * the prompt anyway, so nothing needs verifying). */
+typedef enum { RENDER_BLOCK_TEXT, RENDER_BLOCK_TOOL_USE, RENDER_BLOCK_THINKING } render_block_type;
 
 typedef struct {
     render_block_type type;
-    const char *text; /* TEXT: the text; TOOL_USE: the input as JSON text (not an object: {} is sent) */
+    const char *text; /* TEXT, THINKING: the text; TOOL_USE: the input as JSON text (not an object: {} is sent) */
     const char *id;   /* TOOL_USE: toolu_… */
     const char *name; /* TOOL_USE: the tool */
 } render_block;
@@ -58,6 +60,9 @@ char *render_sse_block_start(int index);                              /* a text 
 char *render_sse_text_delta(int index, const char *text, size_t len); /* LEN bytes of TEXT */
 char *render_sse_tool_use_start(int index, const char *id, const char *name); /* a tool_use block */
 char *render_sse_input_delta(int index, const char *json, size_t len); /* LEN bytes of its input */
+char *render_sse_thinking_start(int index);                              /* a thinking block */
+char *render_sse_thinking_delta(int index, const char *text, size_t len); /* LEN bytes of the thought */
+char *render_sse_signature_delta(int index); /* the thinking block's signature, before its stop */
 char *render_sse_block_stop(int index);
 char *render_sse_message_delta(const render_stop *stop);
 char *render_sse_message_stop(void);

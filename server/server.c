@@ -88,7 +88,7 @@ int server_main(int argc, char **argv) {
                        .kv_fail_request = c.test_kv_fail_request,
                        .scratch_fail_request = c.test_scratch_fail_request,
                        .kernel_fail_request = c.test_kernel_fail_request,
-                       .kernel_fail_token = c.test_kernel_fail_token};
+                       .kernel_fail_token = c.test_kernel_fail_token, .spec_always = c.test_draft_always};
     engine *e = engine_open(&p, err, sizeof err);
     if (!e) {
         log_msg(LOG_ERROR, "model", "%s", err);

@@ -132,10 +132,19 @@ typedef struct {
 /* 1 when J's request lets the answer call tools (its blocks then start as they come). */
 static int tools_on(const job *j) { return j->req.tools.n_tools > 0 && j->req.tools.choice != CHAT_TOOL_CHOICE_NONE; }
 
-/* Starts a new content block in J (TOOL_USE: a call of NAME); a stream
- * stops the open block and starts this one. Returns the block, or NULL
- * (j->oom set). */
-static job_block *block_begin(job *j, int tool_use, const char *name) {
+/* A stream stops its open block (a thought's with its signature first). */
+static void block_end(job *j) {
+    int index = j->n_blocks - 1;
+    if (!j->req.stream || !j->block_open) return;
+    if (j->blocks[index].type == RENDER_BLOCK_THINKING) job_append(j, render_sse_signature_delta(index));
+    job_append(j, render_sse_block_stop(index));
+    j->block_open = 0;
+}
+
+/* Starts a new content block of TYPE in J (TOOL_USE: a call of NAME); a
+ * stream stops the open block and starts this one. Returns the block, or
+ * NULL (j->oom set). */
+static job_block *block_begin(job *j, render_block_type type, const char *name) {
     if (j->n_blocks == j->blocks_cap) {
         int cap = j->blocks_cap ? 2 * j->blocks_cap : 4;
         job_block *b = realloc(j->blocks, (size_t)cap * sizeof *b);
@@ -146,10 +155,11 @@ static job_block *block_begin(job *j, int tool_use, const char *name) {
         j->blocks = b;
         j->blocks_cap = cap;
     }
+    block_end(j);
     job_block *b = &j->blocks[j->n_blocks];
     memset(b, 0, sizeof *b);
-    b->tool_use = tool_use;
-    if (tool_use) {
+    b->type = type;
+    if (type == RENDER_BLOCK_TOOL_USE) {
         render_id(b->id, sizeof b->id, "toolu_");
         if (!(b->name = strdup(name))) {
             j->oom = 1;
@@ -158,8 +168,9 @@ static job_block *block_begin(job *j, int tool_use, const char *name) {
     }
     int index = j->n_blocks++;
     if (j->req.stream) {
-        if (j->block_open) job_append(j, render_sse_block_stop(index - 1));
-        job_append(j, tool_use ? render_sse_tool_use_start(index, b->id, b->name) : render_sse_block_start(index));
+        job_append(j, type == RENDER_BLOCK_TOOL_USE ? render_sse_tool_use_start(index, b->id, b->name)
+                      : type == RENDER_BLOCK_THINKING ? render_sse_thinking_start(index)
+                                                      : render_sse_block_start(index));
         j->block_open = 1;
     }
     return b;
@@ -170,19 +181,15 @@ static int block_add(job *j, const char *s, size_t len) {
     job_block *b = &j->blocks[j->n_blocks - 1];
     int index = j->n_blocks - 1;
     if (j->req.stream) {
-        job_append(j, b->tool_use ? render_sse_input_delta(index, s, len) : render_sse_text_delta(index, s, len));
+        job_append(j, b->type == RENDER_BLOCK_TOOL_USE ? render_sse_input_delta(index, s, len)
+                      : b->type == RENDER_BLOCK_THINKING ? render_sse_thinking_delta(index, s, len)
+                                                         : render_sse_text_delta(index, s, len));
     } else {
         pthread_mutex_lock(&j->lock);
         buf_add(j, &b->text, &b->len, &b->cap, s, len);
         pthread_mutex_unlock(&j->lock);
     }
     return j->oom;
-}
-
-/* A stream stops its open block. */
-static void block_end(job *j) {
-    if (j->req.stream && j->block_open) job_append(j, render_sse_block_stop(j->n_blocks - 1));
-    j->block_open = 0;
 }
 
 static int on_start(void *ud, const uint8_t *mask, int n_layers) {
@@ -198,7 +205,8 @@ static int on_start(void *ud, const uint8_t *mask, int n_layers) {
     if (j->req.stream) {
         render_message_info m = message_info(j);
         job_append(j, render_sse_message_start(&m));
-        if (!tools_on(j)) block_begin(j, 0, NULL); /* as the API: the text block starts before the ping */
+        /* as the API: the text block starts before the ping (unless a thought or a call may come first) */
+        if (!tools_on(j) && !j->req.thinking) block_begin(j, RENDER_BLOCK_TEXT, NULL);
         job_append(j, render_sse_ping());
     }
     return client_gone(j);
@@ -209,16 +217,25 @@ static int on_token(void *ud, int32_t id) {
     return client_gone(((run_ctx *)ud)->j);
 }
 
-static int on_text(void *ud, const char *text, size_t len) {
-    job *j = ((run_ctx *)ud)->j;
-    int in_text = j->n_blocks && !j->blocks[j->n_blocks - 1].tool_use && (j->block_open || !j->req.stream);
-    if (!in_text && !block_begin(j, 0, NULL)) return 1;
+/* Adds LEN bytes of TEXT to the last block when it is an open block of
+ * TYPE, else to a new one. Returns nonzero to cancel. */
+static int add_to(job *j, render_block_type type, const char *text, size_t len) {
+    int in = j->n_blocks && j->blocks[j->n_blocks - 1].type == type && (j->block_open || !j->req.stream);
+    if (!in && !block_begin(j, type, NULL)) return 1;
     return block_add(j, text, len);
+}
+
+static int on_text(void *ud, const char *text, size_t len) {
+    return add_to(((run_ctx *)ud)->j, RENDER_BLOCK_TEXT, text, len);
+}
+
+static int on_thinking(void *ud, const char *text, size_t len) {
+    return add_to(((run_ctx *)ud)->j, RENDER_BLOCK_THINKING, text, len);
 }
 
 static int on_tool_start(void *ud, const char *name) {
     job *j = ((run_ctx *)ud)->j;
-    return !block_begin(j, 1, name) || client_gone(j);
+    return !block_begin(j, RENDER_BLOCK_TOOL_USE, name) || client_gone(j);
 }
 
 static int on_tool_input(void *ud, const char *json, size_t len) { return block_add(((run_ctx *)ud)->j, json, len); }
@@ -272,7 +289,7 @@ static void finish(job *j) {
     job_outcome outcome = outcome_of(j);
     render_stop stop = stop_of(j);
     if (j->req.stream && j->started && outcome == JOB_OUTCOME_DONE) {
-        if (!j->n_blocks) block_begin(j, 0, NULL); /* an empty answer is one empty text block */
+        if (!j->n_blocks) block_begin(j, RENDER_BLOCK_TEXT, NULL); /* an empty answer is one empty text block */
         block_end(j);
         job_append(j, render_sse_message_delta(&stop));
         job_append(j, render_sse_message_stop());
@@ -284,8 +301,7 @@ static void finish(job *j) {
         render_block *blocks = calloc((size_t)j->n_blocks + 1, sizeof *blocks);
         for (int i = 0; blocks && i < j->n_blocks; i++) {
             const job_block *b = &j->blocks[i];
-            blocks[i] = (render_block){b->tool_use ? RENDER_BLOCK_TOOL_USE : RENDER_BLOCK_TEXT, b->text ? b->text : "",
-                                       b->id, b->name};
+            blocks[i] = (render_block){b->type, b->text ? b->text : "", b->id, b->name};
         }
         job_append(j, blocks ? render_message(&m, blocks, j->n_blocks, &stop) : NULL);
         free(blocks);
@@ -304,10 +320,12 @@ static void run_job(worker *w, job *j) {
                             .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
                             .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel,
                             .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode,
-                            .cache_key = j->tenant, .cache_ttl_s = j->req.cache_ttl_s, .cache_hint = j->req.cache_hint};
+                            .cache_key = j->tenant, .cache_ttl_s = j->req.cache_ttl_s, .cache_hint = j->req.cache_hint,
+                            .thinking = j->req.thinking};
     gp.seed = (uint64_t)(now_s() * 1e6);
-    engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_tool_start = on_tool_start,
-                           .on_tool_input = on_tool_input, .on_tool_end = on_tool_end, .on_progress = on_progress, .ud = &r};
+    engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_thinking = on_thinking,
+                           .on_tool_start = on_tool_start, .on_tool_input = on_tool_input, .on_tool_end = on_tool_end,
+                           .on_progress = on_progress, .ud = &r};
     if (client_gone(j)) {
         j->res.reason = ENGINE_STOP_CANCELLED;
     } else {

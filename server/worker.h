@@ -19,11 +19,13 @@
 #include "engine/engine.h"
 #include "server/messages.h"
 #include "server/outcome.h"
+#include "server/render.h"
 
-/* One content block of a job's answer: a text, or a tool call and its
- * input (JSON text). A stream keeps no text: its blocks go out as they come. */
+/* One content block of a job's answer: a text, a thought, or a tool call
+ * and its input (JSON text). A stream keeps no text: its blocks go out as
+ * they come. */
 typedef struct {
-    int tool_use;                /* 0: a text block */
+    render_block_type type;
     char *text;                  /* the text or the input (non-streaming) */
     size_t len, cap;
     char *name;                  /* tool_use: the tool */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The CUDA backend's kernels on the emulated GPU against the CPU backend, on
-# synthetic models of every weight type (scripts/model/make_synthetic.py): both
-# architectures (qwen2 has q/k/v biases and NEOX rope), grouped-query
+# synthetic models of every weight type (scripts/model/make_synthetic.py): the
+# three architectures (qwen2 has q/k/v biases and NEOX rope; qwen3 per-head
+# Q/K norms and here a head size of 96, not dim/heads; YaRN scales the rope), grouped-query
 # attention, a tied head, row widths that fill whole K-quant blocks. For
 # each: logits of a prompt through the cuBLAS path and decode steps through
 # the own kernels within the tolerance test_cuda.c states, an F16 KV cache,
@@ -22,13 +23,15 @@ work=$(mktemp -d "${TESTS_TMP:-/tmp}/cuda-models.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 shape="--layers 3 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --vocab 320 --ctx 256 --seed 7"
 models=""
-for spec in llama:F32 llama:F16 llama:BF16 llama:Q8_0 llama:Q4_0 llama:Q4_K llama:Q6_K qwen2:Q8_0 qwen2:F16:tied; do
+for spec in llama:F32 llama:F16 llama:BF16 llama:Q8_0 llama:Q4_0 llama:Q4_K llama:Q6_K qwen2:Q8_0 qwen2:F16:tied \
+        qwen3:Q8_0 qwen3:F16:tied qwen3:Q8_0:yarn; do
     arch=${spec%%:*}
     rest=${spec#*:}
     type=${rest%%:*}
     extra=""
-    case "$rest" in *:tied) extra="--tied" ;; esac
-    out="$work/synthetic-$arch-$type${extra:+-tied}.gguf"
+    case "$rest" in *:tied) extra="--tied" ;; *:yarn) extra="--rope-scaling yarn --rope-orig-ctx 64" ;; esac
+    [ "$arch" = qwen3 ] && extra="$extra --head-dim 96"
+    out="$work/synthetic-$arch-$type$(echo "${rest#"$type"}" | tr : -).gguf"
     # shellcheck disable=SC2086
     if ! "$PYTHON" scripts/model/make_synthetic.py -o "$out" --type "$type" --arch "$arch" $shape $extra 2>"$work/log"; then
         echo "not ok - make_synthetic.py $spec: $(tail -n 1 "$work/log")"
@@ -36,7 +39,7 @@ for spec in llama:F32 llama:F16 llama:BF16 llama:Q8_0 llama:Q4_0 llama:Q4_K llam
     fi
     models="$models${models:+,}$out"
 done
-echo "ok - synthetic models written: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (llama), Q8_0 and tied F16 (qwen2)"
+echo "ok - synthetic models written: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (llama), Q8_0 and tied F16 (qwen2, qwen3), Q8_0 with YaRN (qwen3)"
 "$prog" --models "$models"
 if [ -x "$dir/test_cuda" ]; then
     # a real GPU: the same checks on the device; without one it only reports the skip

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The engine's logits against the numpy reference forward pass.
 
-Synthetic models with random weights cover every weight type, both
-architectures, tied and separate heads, Llama 3 rope scaling, row widths that
+Synthetic models with random weights cover every weight type, the three
+architectures (llama; qwen2 with biases; qwen3 with per-head Q/K norms and a
+head size other than dim / heads), tied and separate heads, rope scaling
+(Llama 3 as rope_freqs.weight and as keys, linear, YaRN), row widths that
 are not a multiple of 32 (float types), 1 to 40 layers, and masked runs.
 
 Tolerance: max |engine - reference| <= 1e-4 * max |reference logit|, for
@@ -63,10 +65,28 @@ CASES = [
     ("F32 qwen2 (biases, neox rope)", dict(SMALL, type="F32", layers=3, arch="qwen2"), None),
     ("Q8_0 qwen2", dict(SMALL, type="Q8_0", layers=3, arch="qwen2"), None),
     ("F32 llama3 rope scaling", dict(SMALL, type="F32", layers=2, llama3_rope_scaling=True, rope_base=500000.0), None),
+    # an original context of 32: most frequencies scaled, visible within 12 positions (9% of the logits)
+    ("F32 llama3 rope scaling, original context 32", dict(SMALL, type="F32", layers=2, llama3_rope_scaling=True,
+                                                          rope_orig_ctx=32), None),
+    ("F32 llama3 rope scaling from the keys", dict(SMALL, type="F32", layers=2, rope_scaling="llama3",
+                                                   rope_orig_ctx=32), None),
+    ("F32 linear rope scaling", dict(SMALL, type="F32", layers=2, rope_scaling="linear"), None),
+    # YaRN with an original context of 32: frequencies on both sides of the ramp, and the mscale
+    ("F32 qwen2 YaRN rope scaling", dict(SMALL, type="F32", layers=2, arch="qwen2", rope_scaling="yarn",
+                                         rope_orig_ctx=32), None),
+    ("Q8_0 qwen3 YaRN rope scaling", dict(SMALL, type="Q8_0", layers=3, arch="qwen3", head_dim=32,
+                                          rope_scaling="yarn", rope_orig_ctx=64), None),
+    ("F32 qwen3 (q/k norms, head size 32 != dim/heads)", dict(SMALL, type="F32", layers=3, arch="qwen3", head_dim=32),
+     None),
+    ("F16 qwen3 tied head", dict(SMALL, type="F16", layers=2, arch="qwen3", tied=True), None),
+    ("Q8_0 qwen3 masked", dict(SMALL, type="Q8_0", layers=5, arch="qwen3", head_dim=32), [1, 1, 0, 1, 1]),
+    ("Q4_K qwen3 head size 128", dict(KQUANT, type="Q4_K", layers=2, arch="qwen3", head_dim=128), None),
     ("F32 1 layer", dict(SMALL, type="F32", layers=1), None),
     ("F32 32 layers", dict(SMALL, type="F32", layers=32), None),
     ("F32 32 layers masked", dict(SMALL, type="F32", layers=32), [1, 1, 1] + [i % 3 != 0 for i in range(28)] + [1]),
     ("Q8_0 40 layers", dict(SMALL, type="Q8_0", layers=40), None),
+    ("F16 40 layers masked (probe-style: every layer 3..38 a candidate)", dict(SMALL, type="F16", layers=40),
+     [1, 1, 1] + [i % 4 != 1 for i in range(36)] + [1]),
     ("Q4_K 6 layers masked", dict(KQUANT, type="Q4_K", layers=6), [1, 1, 0, 1, 0, 1]),
     ("Q6_K 6 layers masked", dict(KQUANT, type="Q6_K", layers=6), [1, 0, 1, 1, 0, 1]),
     ("Q8_0 vocab 328 (a head row tail outside the 16-row groups)", dict(SMALL, type="Q8_0", layers=2, vocab=328), None),

@@ -2,7 +2,10 @@
 """Malformed GGUF files are refused with a clear message and exit code 1.
 
 Every case runs `ilpd inspect -m FILE` and expects: exit status 1, the file
-name and the expected problem in stderr, and no sanitizer report.
+name and the expected problem in stderr, and no sanitizer report. So are
+well-formed files of a family that lack what the family needs (Qwen3's Q/K
+norms, Qwen2's biases) or ask for what the engine does not do (LongRoPE,
+DeepSeek's YaRN attention factor, key and value heads of different sizes).
 """
 
 import os
@@ -65,7 +68,34 @@ def expect_refused(name, content, needle):
     os.remove(path)
 
 
+def expect_model_refused(name, needle, **shape):
+    """A synthetic model (make_synthetic.make_model keywords) is refused naming NEEDLE."""
+    path = os.path.join(TMP, "family.gguf")
+    make_synthetic.make_model(path, type="F32", layers=2, dim=64, heads=4, kv_heads=2, ffn=128, vocab=300, ctx=64,
+                              **shape)
+    expect_refused(name, open(path, "rb").read(), needle)
+    os.remove(path)
+
+
+def families():
+    expect_model_refused("qwen3 without a layer's attn_q_norm", "missing tensor 'blk.1.attn_q_norm.weight'",
+                         arch="qwen3", drop=("blk.1.attn_q_norm.weight",))
+    expect_model_refused("qwen3 with attn_q_norm but no attn_k_norm", "missing tensor 'blk.0.attn_k_norm.weight'",
+                         arch="qwen3", drop=("blk.0.attn_k_norm.weight",))
+    expect_model_refused("qwen2 without its q bias", "missing tensor 'blk.0.attn_q.bias'", arch="qwen2",
+                         drop=("blk.0.attn_q.bias",))
+    expect_model_refused("qwen2 with a q bias but no v bias", "missing tensor 'blk.1.attn_v.bias'", arch="qwen2",
+                         drop=("blk.1.attn_v.bias",))
+    expect_model_refused("LongRoPE scaling", "unsupported rope scaling 'longrope'",
+                         extra_kv={"llama.rope.scaling.type": "longrope"})
+    expect_model_refused("YaRN with DeepSeek's yarn_log_multiplier", "yarn_log_multiplier", arch="qwen3",
+                         rope_scaling="yarn", extra_kv={"qwen3.rope.scaling.yarn_log_multiplier": 0.1})
+    expect_model_refused("key and value heads of different sizes", "different sizes",
+                         extra_kv={"llama.attention.value_length": 8})
+
+
 def main():
+    families()
     # Sanity: the handmade base file parses as GGUF (it then fails as a model, not as a file).
     expect_refused("handmade valid file but not a model", handmade(), "general.architecture")
     expect_refused("wrong magic", handmade(magic=b"GGUX"), "bad magic")

@@ -52,6 +52,7 @@ typedef struct {
     int rope_half;
     int rope_pos0, rope_n; /* the positions rope_cs holds (rope_n 0: none) for ... */
     const float *rope_freq; /* ... these inverse frequencies */
+    float rope_mscale;      /* ... and this scale */
     atomic_ullong launches;
     int profile;          /* ILPD_CPU_PROFILE=1: time each kind of op, printed at destroy; 2: and each matmul shape */
     double prof_s[16];
@@ -420,10 +421,11 @@ static void cpu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
 /* Fills c->rope_cs with the cos and sin of position POS in slot I. */
 static void rope_angles(cpu_impl *c, const kb_attn_shape *s, int half, int i, int pos) {
     float *cs = c->rope_cs + (size_t)i * 2 * half, *sn = cs + half;
+    float m = s->mscale != 0 ? s->mscale : 1.0f;
     for (int k = 0; k < half; k++) {
         double theta = (double)pos * s->inv_freq[k];
-        cs[k] = (float)cos(theta);
-        sn[k] = (float)sin(theta);
+        cs[k] = (float)cos(theta) * m;
+        sn[k] = (float)sin(theta) * m;
     }
 }
 
@@ -440,11 +442,13 @@ static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn
     }
     PROF_BEGIN(c);
     int cached = n <= ROPE_ROWS;
-    if (cached && (c->rope_n != n || c->rope_pos0 != pos0 || c->rope_freq != s->inv_freq)) {
+    if (cached &&
+        (c->rope_n != n || c->rope_pos0 != pos0 || c->rope_freq != s->inv_freq || c->rope_mscale != s->mscale)) {
         for (int i = 0; i < n; i++) rope_angles(c, s, half, i, pos0 + i);
         c->rope_n = n;
         c->rope_pos0 = pos0;
         c->rope_freq = s->inv_freq;
+        c->rope_mscale = s->mscale;
     }
     if (!cached) c->rope_n = 0;
     for (int i = 0; i < n; i++) {

@@ -260,14 +260,15 @@ KGLOBAL void k_rmsnorm(const float *__restrict__ x, const float *__restrict__ g,
 }
 
 /* One block per row (position pos0 + row): rotates every head. */
-KGLOBAL void k_rope(float *__restrict__ x, int n_heads, int hd, int neox, const float *__restrict__ inv_freq, int pos0) {
+KGLOBAL void k_rope(float *__restrict__ x, int n_heads, int hd, int neox, const float *__restrict__ inv_freq, int pos0,
+                    float mscale) {
     SMEM float cs[512];
     SMEM float sn[512];
     int half = hd / 2;
     for (int k = threadIdx.x; k < half; k += blockDim.x) {
         double th = (double)(pos0 + (int)blockIdx.x) * (double)inv_freq[k];
-        cs[k] = (float)cos(th);
-        sn[k] = (float)sin(th);
+        cs[k] = fmul_rn((float)cos(th), mscale);
+        sn[k] = fmul_rn((float)sin(th), mscale);
     }
     sync_block();
     float *xr = x + (size_t)blockIdx.x * n_heads * hd;
@@ -1049,7 +1050,7 @@ static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_
     }
     int threads = n_heads * half >= 256 ? 256 : 32 * ((n_heads * half + 31) / 32);
     launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, s->neox,
-           (const float *)c->inv_dev, pos0);
+           (const float *)c->inv_dev, pos0, s->mscale != 0 ? s->mscale : 1.0f);
 }
 
 static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,

@@ -1,5 +1,22 @@
 #!/usr/bin/python3
-"""Write synthetic Llama-architecture GGUF models with random weights.
+"""Write synthetic GGUF models with random weights: llama, qwen2, qwen3.
+
+llama and qwen2 files carry a SentencePiece-style vocabulary; qwen3 files a
+byte-level BPE one (tokenizer.ggml.model gpt2, pre-tokenizer qwen2) with
+Qwen's special tokens and a ChatML template with thinking, as llama.cpp's
+converter writes a Qwen3 model. qwen3 has per-head Q/K norms
+(blk.N.attn_q_norm / attn_k_norm) and a head size of its own (--head-dim,
+written as qwen3.attention.key_length / value_length).
+
+A scripted model (script=[(TEXT, NEXT_TEXT), ...], Python only) answers by
+rote: its layers add nothing (attn_output and ffn_down are zero) and its
+output head makes NEXT_TEXT's token the clear argmax after TEXT's token, so
+that greedy decoding follows the script whatever the weight type keeps of
+it. The server tests use one to get a known answer through every layer
+of the real engine.
+
+Tests of refusals (Python only): extra_kv={KEY: VALUE} adds metadata (float: f32,
+int: u32, str: string), drop=(NAME, ...) leaves those tensors out.
 
 The weights are scaled so that activations stay O(1) through many layers and
 the logits are spread (std about 2), so greedy decoding is not degenerate.
@@ -8,9 +25,9 @@ file can be compared against its F32 twin.
 
 CLI:
   /usr/bin/python3 scripts/model/make_synthetic.py -o OUT.gguf --type Q4_K \
-      [--arch llama|qwen2] [--layers N] [--dim D] [--heads H] [--kv-heads KV]
+      [--arch llama|qwen2|qwen3] [--layers N] [--dim D] [--heads H] [--kv-heads KV] [--head-dim HD]
       [--ffn F] [--vocab V] [--ctx C] [--seed S] [--tied] [--rope-base B]
-      [--llama3-rope-scaling]
+      [--llama3-rope-scaling] [--rope-scaling linear|llama3|yarn] [--rope-orig-ctx N]
 Python:
   from make_synthetic import make_model
   make_model("out.gguf", type="Q8_0", layers=2, dim=128)
@@ -31,7 +48,9 @@ import ilpd_gguf as gguf  # noqa: E402
 
 DEFAULTS = dict(type="F32", arch="llama", layers=4, dim=64, heads=4, kv_heads=2,
                 ffn=128, vocab=320, ctx=256, seed=0, tied=False, rope_base=None,
-                llama3_rope_scaling=False, name=None)
+                llama3_rope_scaling=False, rope_scaling=None, rope_orig_ctx=None, name=None,
+                head_dim=None, script=None, extra_kv=None, drop=())
+ARCHS = ("llama", "qwen2", "qwen3")
 
 N_SPECIAL = 3            # <unk>, <s>, </s>
 N_BYTES = 256
@@ -47,13 +66,13 @@ LLAMA3_HIGH_FREQ_FACTOR = 4.0
 LLAMA3_ORIGINAL_CTX = 8192
 
 
-def llama3_rope_factors(head_dim, base):
+def llama3_rope_factors(head_dim, base, orig_ctx=LLAMA3_ORIGINAL_CTX):
     """Return the [head_dim/2] float32 divisors llama.cpp stores as rope_freqs.weight."""
     freqs = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     wavelen = 2.0 * math.pi / freqs
-    low_wavelen = LLAMA3_ORIGINAL_CTX / LLAMA3_LOW_FREQ_FACTOR
-    high_wavelen = LLAMA3_ORIGINAL_CTX / LLAMA3_HIGH_FREQ_FACTOR
-    smooth = ((LLAMA3_ORIGINAL_CTX / wavelen - LLAMA3_LOW_FREQ_FACTOR)
+    low_wavelen = orig_ctx / LLAMA3_LOW_FREQ_FACTOR
+    high_wavelen = orig_ctx / LLAMA3_HIGH_FREQ_FACTOR
+    smooth = ((orig_ctx / wavelen - LLAMA3_LOW_FREQ_FACTOR)
               / (LLAMA3_HIGH_FREQ_FACTOR - LLAMA3_LOW_FREQ_FACTOR))
     mid = 1.0 / ((1.0 - smooth) / LLAMA3_FACTOR + smooth)
     factors = np.where(wavelen < high_wavelen, 1.0,
@@ -98,15 +117,116 @@ def spm_vocab(vocab):
     return tokens, scores, types
 
 
+def _gpt2_byte_symbols():
+    """Return the 256 byte symbols of GPT-2's byte-level alphabet, in GPT-2's id order."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    cs, n = list(bs), 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+# Qwen's added tokens: (text, token type 3 control / 4 user-defined), as its tokenizer.json marks them
+QWEN_SPECIALS = (("<|endoftext|>", 3), ("<|im_start|>", 3), ("<|im_end|>", 3), ("<think>", 4),
+                 ("</think>", 4), ("<tool_call>", 4), ("</tool_call>", 4))
+# The parts of Qwen3's chat template that tell its family (the real one is longer)
+QWEN3_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
+    "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}")
+
+
+def bpe_vocab(vocab):
+    """Return (tokens, token_types, merges) of a byte-level BPE vocabulary of size vocab.
+
+    Ids: the 256 byte symbols, then merged pieces ("\u0120" is GPT-2's
+    space): common words with and without a leading space, built left to
+    right so that every merge's parts exist, then letter pairs, until full;
+    Qwen's added tokens take the last ids.
+    """
+    n_special = len(QWEN_SPECIALS)
+    if vocab < N_BYTES + n_special + 1:
+        raise ValueError("vocab must be at least %d" % (N_BYTES + n_special + 1))
+    tokens = _gpt2_byte_symbols()
+    seen, merges = set(tokens), []
+
+    def words():
+        for w in COMMON_WORDS:
+            yield "\u0120" + w
+            yield w
+        for a, b in itertools.product(string.ascii_lowercase, repeat=2):
+            yield "\u0120" + a + b
+            yield a + b
+
+    for w in words():
+        piece = w[0]
+        for c in w[1:]:
+            if len(tokens) >= vocab - n_special:
+                break
+            if piece + c not in seen:
+                merges.append(piece + " " + c)
+                seen.add(piece + c)
+                tokens.append(piece + c)
+            piece += c
+        if len(tokens) >= vocab - n_special:
+            break
+    while len(tokens) < vocab - n_special:
+        tokens.append("[PAD%d]" % len(tokens))
+    types = [1] * len(tokens)
+    for text, kind in QWEN_SPECIALS:
+        tokens.append(text)
+        types.append(kind)
+    return tokens, types, merges
+
+
+def _write_spm_tokenizer(w, vocab):
+    """Add the SentencePiece-style tokenizer metadata (llama, qwen2 files); returns the token texts."""
+    tokens, scores, types = spm_vocab(vocab)
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", tokens, "str")
+    w.add_array("tokenizer.ggml.scores", scores, "f32")
+    w.add_array("tokenizer.ggml.token_type", types, "i32")
+    w.add_u32("tokenizer.ggml.bos_token_id", 1)
+    w.add_u32("tokenizer.ggml.eos_token_id", 2)
+    w.add_u32("tokenizer.ggml.unknown_token_id", 0)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_bool("tokenizer.ggml.add_eos_token", False)
+    return tokens
+
+
+def _write_qwen_tokenizer(w, vocab):
+    """Add Qwen's byte-level BPE tokenizer metadata as llama.cpp's converter writes it (qwen3 files):
+    BOS = padding = <|endoftext|> (not added), EOS = <|im_end|>, the ChatML template with thinking;
+    returns the token texts."""
+    tokens, types, merges = bpe_vocab(vocab)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "qwen2")
+    w.add_array("tokenizer.ggml.tokens", tokens, "str")
+    w.add_array("tokenizer.ggml.token_type", types, "i32")
+    w.add_array("tokenizer.ggml.merges", merges, "str")
+    w.add_u32("tokenizer.ggml.eos_token_id", tokens.index("<|im_end|>"))
+    w.add_u32("tokenizer.ggml.padding_token_id", tokens.index("<|endoftext|>"))
+    w.add_u32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.add_string("tokenizer.chat_template", QWEN3_TEMPLATE)
+    return tokens
+
+
 def _check_shape(s):
     """Raise ValueError if the shape parameters in dict s are inconsistent."""
-    if s["arch"] not in ("llama", "qwen2"):
-        raise ValueError("arch must be llama or qwen2")
-    if s["dim"] % s["heads"]:
-        raise ValueError("dim must be a multiple of heads")
+    if s["arch"] not in ARCHS:
+        raise ValueError("arch must be one of %s" % ", ".join(ARCHS))
+    if s["head_dim"] is None and s["dim"] % s["heads"]:
+        raise ValueError("dim must be a multiple of heads (or give head_dim)")
+    if s["head_dim"] is not None and s["arch"] != "qwen3":
+        raise ValueError("head_dim other than dim / heads is for qwen3 only")
     if s["heads"] % s["kv_heads"]:
         raise ValueError("heads must be a multiple of kv-heads")
-    if (s["dim"] // s["heads"]) % 2:
+    if (s["head_dim"] or s["dim"] // s["heads"]) % 2:
         raise ValueError("head_dim must be even")
     if min(s["layers"], s["ffn"], s["ctx"]) < 1:
         raise ValueError("layers, ffn and ctx must be positive")
@@ -130,11 +250,13 @@ def make_model(path, **shape):
     if wtype not in gguf.FILE_TYPE:
         raise ValueError("unsupported weight type %r" % s["type"])
     if s["rope_base"] is None:
-        s["rope_base"] = 1000000.0 if arch == "qwen2" else 10000.0
+        s["rope_base"] = 1000000.0 if arch in ("qwen2", "qwen3") else 10000.0
     dim, n_layer, ffn, vocab = s["dim"], s["layers"], s["ffn"], s["vocab"]
-    head_dim = dim // s["heads"]
+    head_dim = s["head_dim"] or dim // s["heads"]
+    q_dim = head_dim * s["heads"]
     kv_dim = head_dim * s["kv_heads"]
-    eps = 1e-6 if arch == "qwen2" else 1e-5
+    eps = 1e-6 if arch in ("qwen2", "qwen3") else 1e-5
+    orig_ctx = s["rope_orig_ctx"] or LLAMA3_ORIGINAL_CTX  # llama3 scaling's original context
 
     w = gguf.Writer(path)
     w.add_string("general.architecture", arch)
@@ -148,64 +270,99 @@ def make_model(path, **shape):
     w.add_f32(arch + ".rope.freq_base", s["rope_base"])
     w.add_f32(arch + ".attention.layer_norm_rms_epsilon", eps)
     w.add_u32(arch + ".rope.dimension_count", head_dim)
+    if s["rope_scaling"] in ("linear", "llama3", "yarn"):
+        # the keys alone (llama.cpp's converter writes rope_freqs.weight for llama3 instead)
+        w.add_string(arch + ".rope.scaling.type", s["rope_scaling"])
+        w.add_f32(arch + ".rope.scaling.factor", LLAMA3_FACTOR if s["rope_scaling"] == "llama3" else 4.0)
+        if s["rope_scaling"] == "yarn":  # as llama.cpp's converter writes a Qwen rope_scaling of type yarn
+            w.add_u32(arch + ".rope.scaling.original_context_length", orig_ctx)
+        if s["rope_scaling"] == "llama3":
+            w.add_f32(arch + ".rope.scaling.low_freq_factor", LLAMA3_LOW_FREQ_FACTOR)
+            w.add_f32(arch + ".rope.scaling.high_freq_factor", LLAMA3_HIGH_FREQ_FACTOR)
+            w.add_u32(arch + ".rope.scaling.original_context_length", orig_ctx)
+    elif s["rope_scaling"] is not None:
+        raise ValueError("rope_scaling must be linear, llama3 or yarn")
+    if arch == "qwen3":
+        w.add_u32(arch + ".attention.key_length", head_dim)
+        w.add_u32(arch + ".attention.value_length", head_dim)
     w.add_u32("general.file_type", gguf.FILE_TYPE[wtype])
-    tokens, scores, types = spm_vocab(vocab)
-    w.add_string("tokenizer.ggml.model", "llama")
-    w.add_array("tokenizer.ggml.tokens", tokens, "str")
-    w.add_array("tokenizer.ggml.scores", scores, "f32")
-    w.add_array("tokenizer.ggml.token_type", types, "i32")
-    w.add_u32("tokenizer.ggml.bos_token_id", 1)
-    w.add_u32("tokenizer.ggml.eos_token_id", 2)
-    w.add_u32("tokenizer.ggml.unknown_token_id", 0)
-    w.add_bool("tokenizer.ggml.add_bos_token", True)
-    w.add_bool("tokenizer.ggml.add_eos_token", False)
+    for key, value in (s["extra_kv"] or {}).items():
+        {float: w.add_f32, int: w.add_u32, str: w.add_string}[type(value)](key, value)
+    tokens = _write_qwen_tokenizer(w, vocab) if arch == "qwen3" else _write_spm_tokenizer(w, vocab)
+    script = [(tokens.index(a), tokens.index(b)) for a, b in s["script"] or ()]
+    if script and s["tied"]:
+        raise ValueError("a scripted model needs its own output head (not tied)")
 
     rng = np.random.default_rng(s["seed"])
+
+    def put(name, a, t):
+        """Add a tensor unless the caller drops it."""
+        if name not in s["drop"]:
+            w.add_tensor(name, a, t)
+
     fallbacks = []       # weights written as F16 because rows do not fill whole blocks
     branch_scale = 1.0 / math.sqrt(2.0 * n_layer)
 
-    def matrix(name, rows, cols, scale):
-        """Add a random [rows, cols] weight in the requested type (F16 fallback)."""
+    def matrix(name, rows, cols, scale, edit=None):
+        """Add a random [rows, cols] weight in the requested type (F16 fallback), changed by edit(a)
+        first when given; returns the float weights."""
         a = rng.standard_normal((rows, cols), dtype=np.float32)
         a *= np.float32(scale)
+        if edit:
+            edit(a)
         t = wtype
         block = gguf.BLOCK_LAYOUT[t][0]
         if cols % block:
             fallbacks.append("%s (row %d)" % (name, cols))
             t = gguf.F16
-        w.add_tensor(name, a, t)
+        put(name, a, t)
+        return a
+
+    def scripted_head(out):
+        """Make the script's next token the clear argmax after each of its tokens: the layers add
+        nothing, so the final hidden state is rmsnorm(embedding) (norm sqrt(dim))."""
+        for a, b in script:
+            out[b] += np.float32(4.0) * embd[a] / np.linalg.norm(embd[a])
+
+    def silent(a):
+        """Zero a scripted model's branch outputs."""
+        if script:
+            a[:] = 0
 
     def norm(name, n):
         """Add an F32 norm weight close to 1."""
-        w.add_tensor(name, 1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
+        put(name, 1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
 
     def bias(name, n):
         """Add a small F32 bias."""
-        w.add_tensor(name, 0.2 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
+        put(name, 0.2 * rng.standard_normal(n, dtype=np.float32), gguf.F32)
 
     # logits = rmsnorm(x) . W_out with W_out ~ N(0, (2/sqrt(dim))^2): std about 2
     out_scale = 2.0 / math.sqrt(dim)
-    matrix("token_embd.weight", vocab, dim, out_scale if s["tied"] else 1.0)
+    embd = matrix("token_embd.weight", vocab, dim, out_scale if s["tied"] else 1.0)
     norm("output_norm.weight", dim)
     if not s["tied"]:
-        matrix("output.weight", vocab, dim, out_scale)
+        matrix("output.weight", vocab, dim, out_scale, scripted_head if script else None)
     if s["llama3_rope_scaling"]:
-        w.add_tensor("rope_freqs.weight", llama3_rope_factors(head_dim, s["rope_base"]), gguf.F32)
+        put("rope_freqs.weight", llama3_rope_factors(head_dim, s["rope_base"], orig_ctx), gguf.F32)
     for i in range(n_layer):
         p = "blk.%d." % i
         norm(p + "attn_norm.weight", dim)
-        matrix(p + "attn_q.weight", dim, dim, 1.0 / math.sqrt(dim))
+        matrix(p + "attn_q.weight", q_dim, dim, 1.0 / math.sqrt(dim))
         matrix(p + "attn_k.weight", kv_dim, dim, 1.0 / math.sqrt(dim))
         matrix(p + "attn_v.weight", kv_dim, dim, 1.0 / math.sqrt(dim))
         if arch == "qwen2":
-            bias(p + "attn_q.bias", dim)
+            bias(p + "attn_q.bias", q_dim)
             bias(p + "attn_k.bias", kv_dim)
             bias(p + "attn_v.bias", kv_dim)
-        matrix(p + "attn_output.weight", dim, dim, branch_scale / math.sqrt(dim))
+        if arch == "qwen3":
+            norm(p + "attn_q_norm.weight", head_dim)
+            norm(p + "attn_k_norm.weight", head_dim)
+        matrix(p + "attn_output.weight", dim, q_dim, branch_scale / math.sqrt(q_dim), silent)
         norm(p + "ffn_norm.weight", dim)
         matrix(p + "ffn_gate.weight", ffn, dim, 1.0 / math.sqrt(dim))
         matrix(p + "ffn_up.weight", ffn, dim, 1.0 / math.sqrt(dim))
-        matrix(p + "ffn_down.weight", dim, ffn, 2.0 * branch_scale / math.sqrt(ffn))
+        matrix(p + "ffn_down.weight", dim, ffn, 2.0 * branch_scale / math.sqrt(ffn), silent)
     w.write()
     if fallbacks:
         print("make_synthetic: %d weights written as F16, rows not a multiple of %d for %s: %s"
@@ -222,12 +379,13 @@ def main(argv=None):
     ap.add_argument("--type", default="F32",
                     choices=["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
                              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"])
-    ap.add_argument("--arch", default="llama", choices=["llama", "qwen2"])
+    ap.add_argument("--arch", default="llama", choices=list(ARCHS))
     ap.add_argument("--layers", type=int, default=DEFAULTS["layers"])
     ap.add_argument("--dim", type=int, default=DEFAULTS["dim"])
     ap.add_argument("--heads", type=int, default=DEFAULTS["heads"])
     ap.add_argument("--kv-heads", type=int, default=DEFAULTS["kv_heads"])
     ap.add_argument("--ffn", type=int, default=DEFAULTS["ffn"])
+    ap.add_argument("--head-dim", type=int, default=None, help="qwen3: head size (default dim / heads)")
     ap.add_argument("--vocab", type=int, default=DEFAULTS["vocab"])
     ap.add_argument("--ctx", type=int, default=DEFAULTS["ctx"])
     ap.add_argument("--seed", type=int, default=DEFAULTS["seed"])
@@ -236,6 +394,10 @@ def main(argv=None):
                     help="default 10000 (llama) or 1e6 (qwen2)")
     ap.add_argument("--llama3-rope-scaling", action="store_true",
                     help="add rope_freqs.weight (Llama 3.1 factors: 8, 1, 4, 8192)")
+    ap.add_argument("--rope-scaling", choices=["linear", "llama3", "yarn"], default=None,
+                    help="write rope.scaling.* keys (linear: factor 4; llama3: 8, 1, 4, 8192; yarn: 4, 8192)")
+    ap.add_argument("--rope-orig-ctx", type=int, default=None,
+                    help="llama3/yarn scaling's original context (default 8192)")
     ap.add_argument("--name", default=None, help="general.name")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -243,7 +405,8 @@ def main(argv=None):
         s = make_model(a.output, type=a.type, arch=a.arch, layers=a.layers, dim=a.dim,
                        heads=a.heads, kv_heads=a.kv_heads, ffn=a.ffn, vocab=a.vocab,
                        ctx=a.ctx, seed=a.seed, tied=a.tied, rope_base=a.rope_base,
-                       llama3_rope_scaling=a.llama3_rope_scaling, name=a.name)
+                       llama3_rope_scaling=a.llama3_rope_scaling, name=a.name, head_dim=a.head_dim,
+                       rope_scaling=a.rope_scaling, rope_orig_ctx=a.rope_orig_ctx)
     except ValueError as e:
         print("make_synthetic: %s" % e, file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/arch.h"
 #include "engine/engine.h"
 #include "engine/gguf.h"
 #include "engine/log.h"
@@ -27,8 +28,8 @@ typedef struct {
 
 static const char generate_usage[] =
     "  ilpd generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-    "                [--layer-mask BASE64] [--chat] [--system TEXT] [--stop STR]... [-c CTX] [-t THREADS]\n"
-    "                [--skip-mode lossless|approximate|off] [--probe PROBE.json]\n";
+    "                [--layer-mask BASE64 | --mask 1,0,...] [--chat] [--system TEXT] [--stop STR]...\n"
+    "                [-c CTX] [-t THREADS] [--skip-mode lossless|approximate|off] [--probe PROBE.json]\n";
 static const char tokenize_usage[] = "  ilpd tokenize -m MODEL [--no-bos] TEXT\n";
 static const char inspect_usage[] = "  ilpd inspect  -m MODEL\n";
 static const char logits_usage[] =
@@ -222,7 +223,7 @@ static int cmd_generate(const cli_opts *o) {
     int n;
     if (o->chat) {
         engine_message msg = {.role = ENGINE_ROLE_USER, .text = o->prompt};
-        n = engine_prompt_build(e, o->system, NULL, &msg, 1, &tokens, err, sizeof err);
+        n = engine_prompt_build(e, o->system, NULL, &msg, 1, 0, &tokens, err, sizeof err);
     } else {
         n = engine_tokenize(e, o->prompt, 1, &tokens);
         snprintf(err, sizeof err, "the prompt could not be tokenized");
@@ -285,6 +286,25 @@ static int cmd_tokenize(const cli_opts *o) {
     return 0;
 }
 
+/* The rope of the model in F (architecture ARCH): its pairing, base and
+ * scaling, as engine/model.c reads them. */
+static void print_rope(const gguf_file *f, const char *arch) {
+    const model_arch *fam = arch_find(arch);
+    char key[96];
+    float base = 10000.0f, factor = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    gguf_kv_get_f32(f, key, &base);
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    gguf_kv_get_f32(f, key, &factor);
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    char *type = gguf_kv_get_str(f, key);
+    printf("rope:          %s pairs, base %g", fam && fam->neox ? "neox (i, i+d/2)" : "adjacent (2i, 2i+1)", base);
+    if (gguf_tensor_find(f, "rope_freqs.weight")) printf(", scaled by rope_freqs.weight (Llama 3.1)");
+    else if (type && strcmp(type, "none")) printf(", %s scaling x%g", type, factor);
+    printf("\n");
+    free(type);
+}
+
 static int cmd_inspect(const cli_opts *o) {
     char err[512];
     gguf_file *f = gguf_open(o->model, err, sizeof err);
@@ -306,6 +326,9 @@ static int cmd_inspect(const cli_opts *o) {
     printf("embedding:     %d\n", in->dim);
     printf("heads:         %d (kv %d, head size %d)\n", in->n_heads, in->n_kv_heads, in->head_dim);
     printf("ffn:           %d\n", in->ffn_dim);
+    printf("attention:     %s%s\n", gguf_tensor_find(f, "blk.0.attn_q.bias") ? "q/k/v biases" : "no q/k/v biases",
+           gguf_tensor_find(f, "blk.0.attn_q_norm.weight") ? ", q/k RMSNorm per head before rope" : "");
+    print_rope(f, in->arch);
     printf("vocab:         %d\n", in->n_vocab);
     printf("context:       %d (trained %d)\n", in->n_ctx, in->n_ctx_train);
     printf("weights:       %zu bytes in memory\n", in->weight_bytes);
@@ -314,7 +337,8 @@ static int cmd_inspect(const cli_opts *o) {
     printf("tokenizer:     %s%s%s%s\n", tm ? tm : "?", pre ? " (pre: " : "", pre ? pre : "", pre ? ")" : "");
     free(tm);
     free(pre);
-    printf("chat template: %s\n", in->template_family);
+    printf("chat template: %s%s\n", in->template_family,
+           in->thinking_tags ? " (thinking: <think>...</think> become thinking blocks)" : "");
     /* Tensor types, counted. */
     unsigned long long counts[64] = {0};
     for (uint64_t i = 0; i < f->n_tensors; i++)

@@ -79,7 +79,7 @@ int measure_prompt_tokens(engine *e, const prompt_spec *s, int32_t **tok) {
     char err[256];
     if (s->raw) return engine_tokenize(e, s->raw, 1, tok);
     engine_message msg = {.role = ENGINE_ROLE_USER, .text = s->user};
-    return engine_prompt_build(e, s->system, NULL, &msg, 1, tok, err, sizeof err);
+    return engine_prompt_build(e, s->system, NULL, &msg, 1, 0, tok, err, sizeof err);
 }
 
 int measure_id_collect(void *ud, int32_t id) {

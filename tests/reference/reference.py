@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Numpy reference forward pass for llama and qwen2 GGUF models (the test oracle).
+"""Numpy reference forward pass for llama, qwen2 and qwen3 GGUF models (the test oracle).
 
 Weights are dequantized with scripts/model/ilpd_gguf.py exactly as the file defines
 them, then all arithmetic runs in float64, so the only approximation against
@@ -13,9 +13,20 @@ Model semantics (as llama.cpp defines them for these architectures):
   per layer (skipped entirely where mask[i] == 0):
     h = rmsnorm(x) * attn_norm
     q, k, v = h @ Wq.T (+bq), h @ Wk.T (+bk), h @ Wv.T (+bv)   (biases: qwen2)
-    rope(q), rope(k): llama "normal" mode rotates pairs (2i, 2i+1), qwen2
+    qwen3: q, k = rmsnorm(q_head) * attn_q_norm, rmsnorm(k_head) * attn_k_norm,
+      per head of head_dim values (head_dim = attention.key_length, which may
+      differ from dim / heads)
+    rope(q), rope(k): llama "normal" mode rotates pairs (2i, 2i+1), qwen2/3
       "neox" mode rotates pairs (i, i + n_rot/2); theta_i = base^(-2i/n_rot),
-      divided by rope_freqs.weight[i] when that tensor exists
+      divided by rope_freqs.weight[i] when that tensor exists, else scaled by
+      rope.scaling.type: linear (theta / factor) or llama3 (the Llama 3.1
+      rule on rope.scaling.factor, low/high_freq_factor and
+      original_context_length, which is what rope_freqs.weight holds) or yarn
+      (ggml's rope_yarn with ext_factor 1: theta_i = theta_i / factor * (1 - r_i)
+      + theta_i * r_i, r_i = 1 - clamp((i - low) / max(high - low, 0.001), 0, 1)
+      with low = floor(corr(beta_fast)), high = ceil(corr(beta_slow)),
+      corr(b) = n_rot ln(orig / (2 pi b)) / (2 ln base), clamped to [0, n_rot - 1];
+      cos and sin multiplied by mscale = 1 + 0.1 ln(factor))
     causal GQA attention, softmax(q.k / sqrt(head_dim)); x += attn @ Wo.T
     h = rmsnorm(x) * ffn_norm; x += (silu(h @ Wg.T) * (h @ Wu.T)) @ Wd.T
   logits = (rmsnorm(x) * output_norm) @ output.T   (token_embd if output absent)
@@ -36,7 +47,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "model"))
 import ilpd_gguf  # noqa: E402
 
-ROPE_MODE = {"llama": "norm", "qwen2": "neox"}
+ROPE_MODE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox"}
 QUANTIZED = (ilpd_gguf.Q8_0, ilpd_gguf.Q4_0, ilpd_gguf.Q4_1, ilpd_gguf.Q5_0, ilpd_gguf.Q5_1, ilpd_gguf.IQ4_NL,
              ilpd_gguf.Q2_K, ilpd_gguf.Q3_K, ilpd_gguf.Q4_K, ilpd_gguf.Q5_K, ilpd_gguf.Q6_K, ilpd_gguf.IQ4_XS)
 
@@ -55,7 +66,7 @@ def quantize_activation(h):
 
 
 class Model:
-    """A GGUF llama/qwen2 model held as dequantized float32 weights."""
+    """A GGUF llama/qwen2/qwen3 model held as dequantized float32 weights."""
 
     def __init__(self, path):
         self.gguf = ilpd_gguf.Reader(path)
@@ -68,13 +79,18 @@ class Model:
         self.dim = kv[a + "embedding_length"]
         self.n_head = kv[a + "attention.head_count"]
         self.n_kv_head = kv.get(a + "attention.head_count_kv", self.n_head)
-        self.head_dim = self.dim // self.n_head
+        self.head_dim = kv.get(a + "attention.key_length", self.dim // self.n_head)
         self.n_rot = kv.get(a + "rope.dimension_count", self.head_dim)
         self.eps = kv[a + "attention.layer_norm_rms_epsilon"]
         self.rope_base = kv.get(a + "rope.freq_base", 10000.0)
         self._cache = {}
         self.vocab = self.gguf.tensors["token_embd.weight"][1][1]
         self.rope_factors = self.weight("rope_freqs.weight")
+        self.rope_scaling = dict(
+            type=kv.get(a + "rope.scaling.type", "none"), factor=kv.get(a + "rope.scaling.factor", 1.0),
+            low=kv.get(a + "rope.scaling.low_freq_factor", 1.0), high=kv.get(a + "rope.scaling.high_freq_factor", 4.0),
+            orig=kv.get(a + "rope.scaling.original_context_length", kv.get(a + "context_length", 2048)),
+            beta_fast=kv.get(a + "rope.scaling.yarn_beta_fast", 32.0), beta_slow=kv.get(a + "rope.scaling.yarn_beta_slow", 1.0))
 
     def weight(self, name):
         """Return tensor name as float32 (numpy shape = reversed ne), or None if absent."""
@@ -92,10 +108,27 @@ class Model:
         """Return x [n, heads, head_dim] with rotary embedding applied at positions pos."""
         half = self.n_rot // 2
         theta = self.rope_base ** (-2.0 * np.arange(half) / self.n_rot)
+        sc = self.rope_scaling
         if self.rope_factors is not None:
             theta = theta / self.rope_factors.astype(np.float64)
+        elif sc["type"] == "linear":
+            theta = theta / sc["factor"]
+        elif sc["type"] == "llama3":
+            wavelen = 2 * np.pi / theta
+            smooth = (sc["orig"] / wavelen - sc["low"]) / (sc["high"] - sc["low"])
+            theta = np.where(wavelen > sc["orig"] / sc["low"], theta / sc["factor"],
+                             np.where(wavelen >= sc["orig"] / sc["high"],
+                                      (1 - smooth) * theta / sc["factor"] + smooth * theta, theta))
+        mscale = 1.0
+        if sc["type"] == "yarn" and self.rope_factors is None:
+            def corr(beta):
+                return self.n_rot * np.log(sc["orig"] / (2 * np.pi * beta)) / (2 * np.log(self.rope_base))
+            low, high = max(0.0, np.floor(corr(sc["beta_fast"]))), min(self.n_rot - 1.0, np.ceil(corr(sc["beta_slow"])))
+            keep = 1 - np.clip((np.arange(half) - low) / max(high - low, 0.001), 0, 1)
+            theta = theta / sc["factor"] * (1 - keep) + theta * keep
+            mscale = 1 + 0.1 * np.log(sc["factor"]) if sc["factor"] > 1 else 1.0
         ang = pos[:, None].astype(np.float64) * theta[None, :]
-        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
         out = x.copy()
         if ROPE_MODE[self.arch] == "norm":
             x0, x1 = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]
@@ -122,6 +155,9 @@ class Model:
         q = self._linear(h, p + "attn_q").reshape(n, self.n_head, self.head_dim)
         k = self._linear(h, p + "attn_k").reshape(n, self.n_kv_head, self.head_dim)
         v = self._linear(h, p + "attn_v").reshape(n, self.n_kv_head, self.head_dim)
+        qn, kn = self.weight(p + "attn_q_norm.weight"), self.weight(p + "attn_k_norm.weight")
+        if qn is not None:                                   # qwen3: per-head RMSNorm before rope
+            q, k = self._rmsnorm(q, qn), self._rmsnorm(k, kn)
         q, k = self._rope(q, pos), self._rope(k, pos)
         group = self.n_head // self.n_kv_head
         k = np.repeat(k, group, axis=1)                      # head h uses kv head h // group
@@ -131,7 +167,7 @@ class Model:
         scores -= scores.max(axis=-1, keepdims=True)
         prob = np.exp(scores)
         prob /= prob.sum(axis=-1, keepdims=True)
-        out = np.einsum("hij,jhd->ihd", prob, v).reshape(n, self.dim)
+        out = np.einsum("hij,jhd->ihd", prob, v).reshape(n, self.n_head * self.head_dim)
         return self._linear(out, p + "attn_output")
 
     def _ffn(self, h, p):

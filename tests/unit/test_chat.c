@@ -12,7 +12,7 @@
 
 /* Renders and compares with WANT; prints both on a mismatch. */
 static int renders(chat_family f, const char *sys, const chat_message *m, int n, const char *want) {
-    char *got = chat_render(f, "<s>", "</s>", sys, NULL, m, n);
+    char *got = chat_render(f, "<s>", "</s>", sys, NULL, m, n, 0);
     int ok = got && !strcmp(got, want);
     if (!ok) printf("# %s: got  [%s]\n#    want [%s]\n", chat_family_name(f), got ? got : "(null)", want);
     free(got);
@@ -117,6 +117,45 @@ static void test_chatml(void) {
           "chatml: a system message inside the conversation is a system turn; text is not trimmed");
 }
 
+/* Qwen3's template (the parts that matter here, as Qwen/Qwen3-8B ships it):
+ * ChatML, "<think>" literals, and the empty thought when thinking is off. */
+static const char qwen3_template[] =
+    "{%- for message in messages %}{%- if message.role == \"user\" %}{{- '<|im_start|>' + message.role + '\\n' + "
+    "message.content + '<|im_end|>' + '\\n' }}{%- elif message.role == \"assistant\" %}{%- if '</think>' in content "
+    "%}{%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
+    "{%- endif %}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if "
+    "enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}";
+
+/* Renders with THINKING and compares with WANT. */
+static int renders_thinking(chat_family f, const chat_message *m, int n, int thinking, const char *want) {
+    char *got = chat_render(f, NULL, NULL, NULL, NULL, m, n, thinking);
+    int ok = got && !strcmp(got, want);
+    if (!ok) printf("# %s: got  [%s]\n#    want [%s]\n", chat_family_name(f), got ? got : "(null)", want);
+    free(got);
+    return ok;
+}
+
+static void test_qwen3(void) {
+    CHECK(chat_family_detect(qwen3_template) == CHAT_FAMILY_QWEN3, "qwen3 detected (ChatML with <think>)");
+    CHECK(renders_thinking(CHAT_FAMILY_QWEN3, turns, 3, 0,
+                           "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n"
+                           "Bye<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+          "qwen3, thinking off: the answer opens with an empty thought (enable_thinking=false)");
+    CHECK(renders_thinking(CHAT_FAMILY_QWEN3, turns, 3, 1,
+                           "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n"
+                           "Bye<|im_end|>\n<|im_start|>assistant\n"),
+          "qwen3, thinking on: ChatML, the model opens its own thought");
+    CHECK(renders_thinking(CHAT_FAMILY_QWEN3, prefill, 2, 0,
+                           "<|im_start|>user\nCount<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n1, 2,"),
+          "qwen3, thinking off: an assistant prefill follows the empty thought, left open");
+    CHECK(renders_thinking(CHAT_FAMILY_CHATML, one, 1, 0, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n") &&
+              renders_thinking(CHAT_FAMILY_CHATML, one, 1, 1, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+          "chatml (Qwen2.5): no thought either way");
+    CHECK(chat_tool_syntax_of(CHAT_FAMILY_QWEN3) == chat_tool_syntax_of(CHAT_FAMILY_CHATML),
+          "qwen3 calls tools with Qwen2.5's Hermes tags");
+}
+
 static void test_zephyr(void) {
     CHECK(renders(CHAT_FAMILY_ZEPHYR, "Be brief.", one, 1, "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n"),
           "zephyr: system + user");
@@ -138,7 +177,7 @@ static void test_llama2(void) {
           "llama2: turns are stripped, as the template's .strip() does");
     CHECK(renders(CHAT_FAMILY_LLAMA2, NULL, sys_first, 2, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]"),
           "llama2: a leading system message is the system prompt");
-    char *r = chat_render(CHAT_FAMILY_LLAMA2, NULL, NULL, NULL, NULL, turns, 3);
+    char *r = chat_render(CHAT_FAMILY_LLAMA2, NULL, NULL, NULL, NULL, turns, 3, 0);
     CHECK(r && !strcmp(r, "[INST] Hi [/INST] Hello! [INST] Bye [/INST]"), "llama2: NULL BOS/EOS texts render as empty");
     free(r);
 }
@@ -148,7 +187,7 @@ static void test_plain(void) {
     CHECK(renders(CHAT_FAMILY_PLAIN, "Be brief.", turns, 3, "Be brief.\n\nUser: Hi\nAssistant: Hello!\nUser: Bye\nAssistant:"),
           "plain: system and turns");
     CHECK(renders(CHAT_FAMILY_PLAIN, NULL, prefill, 2, "User: Count\nAssistant: 1, 2,"), "plain: prefill");
-    CHECK(chat_render(CHAT_FAMILY_PLAIN, NULL, NULL, NULL, NULL, NULL, -1) == NULL, "a negative message count is refused");
+    CHECK(chat_render(CHAT_FAMILY_PLAIN, NULL, NULL, NULL, NULL, NULL, -1, 0) == NULL, "a negative message count is refused");
 }
 
 
@@ -169,7 +208,7 @@ static const chat_message tool_turns[] = {{.role = CHAT_ROLE_USER, .text = "Weat
 /* Renders TOOL_TURNS with TS and compares with WANT. */
 static int renders_tools(chat_family f, const char *sys, const chat_toolset *ts, const chat_message *m, int n,
                          const char *want) {
-    char *got = chat_render(f, "<s>", "</s>", sys, ts, m, n);
+    char *got = chat_render(f, "<s>", "</s>", sys, ts, m, n, 0);
     int ok = got && !strcmp(got, want);
     if (!ok) printf("# %s: got  [%s]\n#    want [%s]\n", chat_family_name(f), got ? got : "(null)", want);
     free(got);
@@ -228,7 +267,7 @@ static void test_tools(void) {
           "plain: the Hermes text");
 
     /* tool_choice */
-    char *none_prompt = chat_render(CHAT_FAMILY_CHATML, NULL, NULL, "S", NULL, tool_turns, 1);
+    char *none_prompt = chat_render(CHAT_FAMILY_CHATML, NULL, NULL, "S", NULL, tool_turns, 1, 0);
     ts.choice = CHAT_TOOL_CHOICE_NONE;
     CHECK(none_prompt && renders_tools(CHAT_FAMILY_CHATML, "S", &ts, tool_turns, 1, none_prompt) &&
               renders_tools(CHAT_FAMILY_LLAMA3, NULL, &ts, one, 1,
@@ -246,7 +285,7 @@ static void test_tools(void) {
           "chatml: tool_choice tool and disable_parallel_tool_use add a sentence after the tools");
     ts.choice = CHAT_TOOL_CHOICE_ANY;
     ts.single_call = 0;
-    char *any = chat_render(CHAT_FAMILY_LLAMA3, NULL, NULL, NULL, &ts, one, 1);
+    char *any = chat_render(CHAT_FAMILY_LLAMA3, NULL, NULL, NULL, &ts, one, 1, 0);
     CHECK(any && strstr(any, "]\n        }\n    }\n}\n\nYou must call at least one function.\n\n<|eot_id|>"),
           "llama3: tool_choice any: the sentence after the tools, no system prompt");
     free(any);
@@ -282,6 +321,7 @@ int main(void) {
     test_detect();
     test_llama3();
     test_chatml();
+    test_qwen3();
     test_zephyr();
     test_llama2();
     test_plain();

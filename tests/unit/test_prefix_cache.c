@@ -134,7 +134,7 @@ static int turn_prompt(engine *e, int t, char ans[3][2048], int32_t **out) {
         if (i < t) m[n++] = (engine_message){.role = ENGINE_ROLE_ASSISTANT, .text = ans[i]};
     }
     char err[256];
-    return engine_prompt_build(e, SYS, NULL, m, n, out, err, sizeof err);
+    return engine_prompt_build(e, SYS, NULL, m, n, 0, out, err, sizeof err);
 }
 
 static int on_text(void *ud, const char *t, size_t n) {

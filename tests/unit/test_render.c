@@ -106,6 +106,15 @@ static void message_shapes(void) {
                   "\"tool_use\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":11,\"cache_creation_input_tokens\":0,"
                   "\"cache_read_input_tokens\":0,\"output_tokens\":9}}"),
           "message: text and tool_use blocks in order, each input an object (a cut-off input is {})");
+    static const render_block thought[] = {{RENDER_BLOCK_THINKING, "Two \"and\" two.", NULL, NULL},
+                                           {RENDER_BLOCK_TEXT, "4", NULL, NULL}};
+    stop = (render_stop){.reason = "end_turn", .sequence = NULL, .output_tokens = 7};
+    CHECK(text_is(render_message(&INFO, thought, 2, &stop),
+                  "{\"type\":\"message\",\"id\":\"msg_0123\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{\"type\":"
+                  "\"thinking\",\"thinking\":\"Two \\\"and\\\" two.\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"4\"}],"
+                  "\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":11,"
+                  "\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":7}}"),
+          "message: a thinking block (its thought and an empty signature) before the text");
     char id[40];
     render_id(id, sizeof id, "toolu_");
     CHECK(strlen(id) == 30 && !strncmp(id, "toolu_", 6) && strspn(id + 6, "0123456789abcdef") == 24,
@@ -150,6 +159,16 @@ static void stream_shapes(void) {
           "content_block_delta: a newline in the text stays inside the one data line");
     CHECK(text_is(render_sse_block_stop(0), "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"),
           "content_block_stop");
+    CHECK(text_is(render_sse_thinking_start(0), "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+                                                "\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n"),
+          "content_block_start: an empty thinking block");
+    CHECK(text_is(render_sse_thinking_delta(0, "So x\ny", 5), "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                                                              "\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":"
+                                                              "\"So x\\n\"}}\n\n"),
+          "content_block_delta: a thinking_delta of exactly LEN bytes");
+    CHECK(text_is(render_sse_signature_delta(0), "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                                                 "\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"\"}}\n\n"),
+          "content_block_delta: the signature_delta that ends a thinking block (empty: nothing is signed)");
     render_stop stop = {.reason = "max_tokens", .sequence = NULL, .output_tokens = 20};
     CHECK(text_is(render_sse_message_delta(&stop), "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{"
                                                    "\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{"
@@ -224,7 +243,7 @@ static long fail_at = -1, allocations;
 static void *test_malloc(size_t n) { return allocations++ == fail_at ? NULL : malloc(n); }
 
 /* Renders shape K (0.. SHAPES-1) once; the caller frees the result. */
-enum { SHAPES = 17 };
+enum { SHAPES = 20 };
 static char *render_shape(int k) {
     render_stop stop = {.reason = "stop_sequence", .sequence = "END", .output_tokens = 3};
     switch (k) {
@@ -244,6 +263,9 @@ static char *render_shape(int k) {
     case 13: return render_message(&INFO, CALLS, 3, &stop);
     case 14: return render_sse_tool_use_start(1, "toolu_01", "get_weather");
     case 15: return render_sse_input_delta(1, "{}", 2);
+    case 16: return render_sse_thinking_start(0);
+    case 17: return render_sse_thinking_delta(0, "hm", 2);
+    case 18: return render_sse_signature_delta(0);
     default: return render_message(&INFO, NULL, 0, &stop);
     }
 }

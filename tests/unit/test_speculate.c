@@ -173,7 +173,7 @@ static int load_prompts(engine *e, int32_t **prompts, int *lens, int max) {
             const cJSON *sys = cJSON_GetObjectItem(j, "system"), *user = cJSON_GetObjectItem(j, "user");
             engine_message m = {.role = ENGINE_ROLE_USER, .text = cJSON_GetStringValue(user)};
             char err[256];
-            lens[n] = engine_prompt_build(e, cJSON_GetStringValue(sys), NULL, &m, 1, &prompts[n], err, sizeof err);
+            lens[n] = engine_prompt_build(e, cJSON_GetStringValue(sys), NULL, &m, 1, 0, &prompts[n], err, sizeof err);
             if (lens[n] > 0) n++;
             cJSON_Delete(j);
         }

@@ -157,8 +157,11 @@ static void test_spm_synthetic(void) {
         CHECK(ENC_IS(v, "\xC3\xA9", 0, 0, 0, 0), "SPM: bytes without byte tokens become the unknown token");
         CHECK(ENC_IS(v, "a b", 0, 0, 4, 3, 5), "SPM: a space is U+2581; no dummy prefix when add_space_prefix is false");
         CHECK(ENC_IS(v, "a<|u|>b", 0, 1, 4, 11, 5), "SPM: user-defined token text is one token with parse_special");
-        CHECK(ENC_IS(v, "a<|u|>b", 0, 0, 4, 0, 0, 0, 0, 0, 5),
-              "SPM: without parse_special the special text is ordinary text (unknown bytes here)");
+        CHECK(ENC_IS(v, "a<|u|>b", 0, 0, 4, 11, 5),
+              "SPM: and without parse_special too (llama.cpp parses user-defined tokens always: Qwen's <think>)");
+        CHECK(ENC_IS(v, "a<|im_end|>b", 0, 1, 4, 14, 5), "SPM: control token text is one token with parse_special");
+        CHECK(ENC_IS(v, "<|im_end|>", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+              "SPM: without parse_special control token text is ordinary text (unknown bytes here)");
         int n;
         CHECK(!strcmp(piece(v, 3), " ") && !strcmp(piece(v, 9), " a") && !strcmp(piece(v, 12), "\n") &&
                   !strcmp(piece(v, 1), "") && !strcmp(piece(v, 11), "<|u|>") && !strcmp(piece(v, 13), ""),

@@ -14,6 +14,8 @@
  *    the Llama 3 tokenizer.json into FILE with scripts/model/tokenizer_to_gguf.py):
  *    that vocabulary against the llama3-bpe vectors, plus Llama 3's special
  *    tokens, round trips, load time and encoding speed.
+ *  - VOCAB=FILE VECTORS=PREFIX (tests/t_tokenizer_qwen3.py): FILE's vocabulary
+ *    against PREFIX.inp / PREFIX.out, texts encoded without special tokens.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -243,10 +245,26 @@ static void llama2(const char *shared) {
     gguf_close(g);
 }
 
+/* The vectors PREFIX.inp / PREFIX.out against the vocabulary of the GGUF file PATH. */
+static void vocab_vectors(const char *path, const char *prefix) {
+    char inp[1100], out[1100], err[512];
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    tok_vocab *v = g ? tok_vocab_load(g, err, sizeof err) : NULL;
+    CHECK(v != NULL, "%s: the vocabulary loads%s%s", path, v ? "" : ": ", v ? "" : err);
+    if (v) {
+        snprintf(inp, sizeof inp, "%s.inp", prefix);
+        snprintf(out, sizeof out, "%s.out", prefix);
+        vectors(v, prefix, inp, out);
+    }
+    tok_vocab_free(v);
+    gguf_close(g);
+}
+
 int main(void) {
     const char *shared = check_shared_dir();
-    const char *l3 = getenv("LLAMA3_VOCAB");
-    if (l3 && *l3) llama3(shared, l3);
+    const char *l3 = getenv("LLAMA3_VOCAB"), *vocab = getenv("VOCAB"), *vecs = getenv("VECTORS");
+    if (vocab && *vocab && vecs && *vecs) vocab_vectors(vocab, vecs);
+    else if (l3 && *l3) llama3(shared, l3);
     else llama2(shared);
     CHECK_DONE();
 }

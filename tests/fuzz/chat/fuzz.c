@@ -1,12 +1,13 @@
 /* fuzz.c (chat) - libFuzzer harness for the chat-template renderer
  * (engine/chat.c) and the template-family detector. Byte 0: bit 7 forces the
- * family (byte 0 % 5) instead of detecting it; bits 0-1 pick the BOS/EOS
+ * family (byte 0 % the family count) instead of detecting it; bits 0-1 pick the BOS/EOS
  * texts (none, "<s>"/"</s>", "<|begin_of_text|>"/"<|eot_id|>"). The rest is
  * split at NUL bytes into a template text, a system prompt and up to 16
  * messages, each message's first byte giving its role (% 3: system, user,
  * assistant), as the engine would pass them or not (the renderer must take
  * any order). Bit 6 adds a tool (its schema the template text) and makes
  * role bytes % 5 == 3 / 4 an assistant tool call / a user tool result.
+ * Bit 4 renders with thinking on.
  * Checks: a string always comes back, and it holds the last user or
  * assistant message's text (trimmed, as the templates trim). */
 #include <ctype.h>
@@ -59,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     chat_toolset ts = {.tools = &tool, .n_tools = 1, .choice = (chat_tool_choice)((data[0] >> 2) & 3),
                        .choice_name = "f", .single_call = data[0] & 0x20};
     char *out = chat_render(fam, bos_texts[data[0] & 3], eos_texts[data[0] & 3], system, tools_on ? &ts : NULL, msgs,
-                            n_msgs);
+                            n_msgs, (data[0] >> 4) & 1);
     if (!out) __builtin_trap(); /* only out of memory gives NULL */
     /* The last message's text is in the prompt (a call's input is re-spaced: not checked). */
     if (n_msgs && msgs[n_msgs - 1].role != CHAT_ROLE_SYSTEM &&

@@ -4,6 +4,7 @@
 #include "server/render.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,9 +113,35 @@ static const char *json_skip_space(const char *s) {
 static const char *json_skip_string(const char *s) {
     for (s++; *s && *s != '"'; s++) {
         if ((unsigned char)*s < 0x20) return NULL;
-        if (*s == '\\' && !*++s) return NULL;
+        if (*s != '\\') continue;
+        if (*++s == 'u') {
+            for (int i = 0; i < 4; i++)
+                if (!isxdigit((unsigned char)*++s)) return NULL;
+        } else if (!*s || !strchr("\"\\/bfnrt", *s)) {
+            return NULL;
+        }
     }
     return *s ? s + 1 : NULL;
+}
+
+static const char *json_skip_digits(const char *s) {
+    const char *start = s;
+    while (*s >= '0' && *s <= '9') s++;
+    return s > start ? s : NULL;
+}
+
+/* -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static const char *json_skip_number(const char *s) {
+    if (*s == '-') s++;
+    if (*s == '0') s++;
+    else if (!(s = json_skip_digits(s))) return NULL;
+    if (*s == '.' && !(s = json_skip_digits(s + 1))) return NULL;
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '+' || *s == '-') s++;
+        s = json_skip_digits(s);
+    }
+    return s;
 }
 
 /* An array or object at S (its opening bracket), members separated by commas. */
@@ -142,19 +169,28 @@ static const char *json_skip_value(const char *s, int depth) {
     if (*s == '"') return json_skip_string(s);
     for (const char *lit = "true\0false\0null\0"; *lit; lit += strlen(lit) + 1)
         if (!strncmp(s, lit, strlen(lit))) return s + strlen(lit);
-    char *end;
-    if (*s != '-' && (*s < '0' || *s > '9')) return NULL;
-    strtod(s, &end);
-    return end > s ? end : NULL;
+    return json_skip_number(s);
 }
 
-/* A tool call's input: the object INPUT holds, or {} when INPUT is NULL,
- * cut off or not an object. NULL when out of memory. */
+/* A tool call's input: the object INPUT holds, as the model wrote it (so
+ * that numbers keep their digits: cJSON would print a 16-digit integer as
+ * 3.02e+15), or {} when INPUT is NULL, cut off or not an object. NULL when
+ * out of memory. */
 static cJSON *tool_input(const char *input) {
     const char *s = input ? json_skip_space(input) : NULL;
     const char *end = s && *s == '{' ? json_skip_value(s, 0) : NULL;
     if (!end || *json_skip_space(end)) return cJSON_CreateObject();
-    return cJSON_Parse(input);
+    char *raw = malloc((size_t)(end - s) + 1), *w = raw;
+    if (!raw) return NULL;
+    for (int in_string = 0; s < end; s++) {  /* the text less the space between tokens */
+        if (in_string || !strchr(" \n\t\r", *s)) *w++ = *s;
+        if (*s == '"') in_string = !in_string;
+        else if (*s == '\\' && in_string) *w++ = *++s;
+    }
+    *w = '\0';
+    cJSON *o = cJSON_CreateRaw(raw);
+    free(raw);
+    return o;
 }
 
 /* {"type": "tool_use", "id": ID, "name": NAME, "input": INPUT}. */

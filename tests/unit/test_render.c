@@ -106,6 +106,19 @@ static void message_shapes(void) {
                   "\"tool_use\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":11,\"cache_creation_input_tokens\":0,"
                   "\"cache_read_input_tokens\":0,\"output_tokens\":9}}"),
           "message: text and tool_use blocks in order, each input an object (a cut-off input is {})");
+    static const render_block numbers[] = {
+        {RENDER_BLOCK_TOOL_USE, "{ \"qty\" : 3024499413350250, \"s\": \"a \\\" b\", \"x\": [1e5, -0.5] }", "toolu_03", "n"},
+        {RENDER_BLOCK_TOOL_USE, "{\"qty\": 1.}", "toolu_04", "n"},
+        {RENDER_BLOCK_TOOL_USE, "{\"s\": \"\\q\"}", "toolu_05", "n"},
+        {RENDER_BLOCK_TOOL_USE, "{\"n\": -inf}", "toolu_06", "n"}};
+    body = render_message(&INFO, numbers, 4, &stop);
+    CHECK(body && strstr(body, "\"input\":{\"qty\":3024499413350250,\"s\":\"a \\\" b\",\"x\":[1e5,-0.5]}}") &&
+              strstr(body, "\"toolu_04\",\"name\":\"n\",\"input\":{}}") &&
+              strstr(body, "\"toolu_05\",\"name\":\"n\",\"input\":{}}") &&
+              strstr(body, "\"toolu_06\",\"name\":\"n\",\"input\":{}}"),
+          "message: an input keeps the model's digits (no 3.02e+15), less the space between tokens; not JSON "
+          "(1., \\q, -inf) is {}");
+    free(body);
     static const render_block thought[] = {{RENDER_BLOCK_THINKING, "Two \"and\" two.", NULL, NULL},
                                            {RENDER_BLOCK_TEXT, "4", NULL, NULL}};
     stop = (render_stop){.reason = "end_turn", .sequence = NULL, .output_tokens = 7};

@@ -4,9 +4,11 @@
 #include <string.h>
 
 static const model_arch ARCHS[] = {
-    {"llama", 0, ARCH_OPTIONAL, ARCH_ABSENT},
-    {"qwen2", 1, ARCH_REQUIRED, ARCH_ABSENT},
-    {"qwen3", 1, ARCH_OPTIONAL, ARCH_REQUIRED},
+    {.name = "llama", .neox = 0, .qkv_bias = ARCH_OPTIONAL, .qk_norm = ARCH_ABSENT},
+    {.name = "qwen2", .neox = 1, .qkv_bias = ARCH_REQUIRED, .qk_norm = ARCH_ABSENT},
+    {.name = "qwen3", .neox = 1, .qkv_bias = ARCH_OPTIONAL, .qk_norm = ARCH_REQUIRED},
+    {.name = "gemma3", .neox = 1, .qkv_bias = ARCH_ABSENT, .qk_norm = ARCH_REQUIRED, .post_norm = ARCH_REQUIRED,
+     .gelu = 1, .embed_scale = 1, .swa_period = 6},
 };
 
 const model_arch *arch_find(const char *name) {
@@ -15,4 +17,4 @@ const model_arch *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, gemma3"; }

@@ -15,6 +15,18 @@
  *          (blk.N.attn_q_norm / attn_k_norm, head_dim values each); the
  *          head size comes from qwen3.attention.key_length and may differ
  *          from embedding_length / head_count
+ *   gemma3 Gemma 3 (text): the embedding times sqrt(embedding_length);
+ *          RMSNorms around both halves of the block (post_attention_norm
+ *          and post_ffw_norm norm each half's output before the residual
+ *          add; GGUF norm weights already hold Gemma's 1 + w); Q/K norms;
+ *          GeGLU (tanh GELU) FFN; NEOX rope; scores scaled by
+ *          1/sqrt(head size), but 1/sqrt(embedding_length / head_count) for
+ *          the 62-layer 27B (Gemma's query_pre_attn_scalar, as llama.cpp
+ *          decides it); with attention.sliding_window, every layer but each
+ *          SWA_PERIOD-th (attention.sliding_window_pattern, default 6) sees
+ *          only that many positions and uses rope.freq_base_swa (10000)
+ *          without the rope scaling the global layers have; an optional
+ *          final_logit_softcapping caps the logits (c tanh(x / c))
  */
 #ifndef ILPD_ARCH_H
 #define ILPD_ARCH_H
@@ -30,6 +42,10 @@ typedef struct {
     int neox;              /* rope pairs (x[i], x[i+d/2]) rather than (x[2i], x[2i+1]) */
     arch_need qkv_bias;    /* blk.N.attn_{q,k,v}.bias */
     arch_need qk_norm;     /* blk.N.attn_{q,k}_norm.weight, RMSNorm per head before rope */
+    arch_need post_norm;   /* blk.N.post_attention_norm / post_ffw_norm.weight (gemma3) */
+    int gelu;              /* FFN gate activation: 1 GELU (tanh form; GeGLU), 0 SiLU (SwiGLU) */
+    int embed_scale;       /* 1: the embedding is multiplied by sqrt(embedding_length) */
+    int swa_period;        /* > 0: the family may have sliding-window layers, all but every this-many-th */
 } model_arch;
 
 /* The family named NAME, or NULL when unsupported. */

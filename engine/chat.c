@@ -33,6 +33,13 @@
  *          turn's content (system block included) and each answer is
  *          stripped, as the template's .strip() does. The first BOS is the
  *          tokenizer's, so it is not rendered.
+ *  gemma   <start_of_turn>user\n[S\n\n]U<end_of_turn>\n<start_of_turn>model\nA
+ *          <end_of_turn>\n ... <start_of_turn>model\n
+ *          (Gemma 3's template: no system turn, the system prompt and a
+ *          blank line open the first turn's text; each message's text is
+ *          trimmed, the system prompt is not; a system message later in the
+ *          list opens the next turn's text the same way; the first BOS is
+ *          the tokenizer's, so it is not rendered.)
  *  plain   [S\n\n]User: U\nAssistant: A\nUser: U\nAssistant:
  *          for models without a template; the model continues after
  *          "Assistant:" (its answer normally starts with a space).
@@ -80,7 +87,7 @@
  *          a result: <tool_response>\nTEXT\n</tool_response>, inside the
  *          user turn, which gives exactly Qwen2.5's text (its default "You are
  *          Qwen..." system text is not added when S is empty).
- *  zephyr, llama2, plain: no tool convention of their own, so the Hermes
+ *  zephyr, llama2, gemma, plain: no tool convention of their own, so the Hermes
  *          text above is used: the tool block joins the system prompt, calls
  *          and results are the same tags inside the turns' text.
  * A result with is_error is "Error: " + TEXT.
@@ -92,13 +99,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const family_names[CHAT_FAMILY_COUNT] = {"plain", "llama2", "llama3", "chatml", "zephyr", "qwen3"};
+static const char *const family_names[CHAT_FAMILY_COUNT] = {"plain",  "llama2", "llama3", "chatml",
+                                                            "zephyr", "qwen3",  "gemma"};
 
 /* Returns the family whose marker T contains (checked in this order), else PLAIN. */
 chat_family chat_family_detect(const char *t) {
     if (!t) return CHAT_FAMILY_PLAIN;
     if (strstr(t, "<|start_header_id|>")) return CHAT_FAMILY_LLAMA3;
     if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? CHAT_FAMILY_QWEN3 : CHAT_FAMILY_CHATML;
+    if (strstr(t, "<start_of_turn>")) return CHAT_FAMILY_GEMMA;
     if (strstr(t, "<|user|>")) return CHAT_FAMILY_ZEPHYR;
     if (strstr(t, "[INST]")) return CHAT_FAMILY_LLAMA2;
     return CHAT_FAMILY_PLAIN;
@@ -519,6 +528,33 @@ static void render_llama2(chat_buf *b, const char *bos, const char *eos, const c
     free(content.s);
 }
 
+/* Renders gemma into B: the system text (SYS, then any system message)
+ * opens the next turn's text after a blank line; "model" is the assistant's
+ * role name. */
+static void render_gemma(chat_buf *b, const char *sys, const turn *m, int n) {
+    chat_buf pending = {0}; /* system text waiting for the next turn */
+    if (sys && *sys) put(&pending, sys);
+    for (int i = 0; i < n; i++) {
+        if (m[i].role == CHAT_ROLE_SYSTEM) {
+            if (pending.len) put(&pending, "\n\n");
+            put(&pending, m[i].text);
+            continue;
+        }
+        int assistant = m[i].role == CHAT_ROLE_ASSISTANT;
+        put(b, assistant ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+        if (pending.len) {
+            put_n(b, pending.s, pending.len);
+            put(b, "\n\n");
+            pending.len = 0;
+        }
+        put_trimmed(b, m[i].text);
+        if (!assistant || i < n - 1) put(b, "<end_of_turn>\n"); /* else: an assistant prefill */
+    }
+    if (pending.failed) b->failed = 1;
+    free(pending.s);
+    if (!n || m[n - 1].role != CHAT_ROLE_ASSISTANT) put(b, "<start_of_turn>model\n");
+}
+
 /* Renders the plain "User:/Assistant:" form into B. */
 static void render_plain(chat_buf *b, const char *sys, const turn *m, int n) {
     if (sys && *sys) {
@@ -573,6 +609,7 @@ char *chat_render(chat_family f, const char *bos_text, const char *eos_text, con
     case CHAT_FAMILY_CHATML:
     case CHAT_FAMILY_QWEN3:
     case CHAT_FAMILY_ZEPHYR: render_headers(&b, f, eos, s, m, n_m, thinking); break;
+    case CHAT_FAMILY_GEMMA: render_gemma(&b, s, m, n_m); break;
     default: render_plain(&b, s, m, n_m); break;
     }
     ok = !b.failed;

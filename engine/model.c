@@ -105,7 +105,7 @@ typedef struct {
 typedef enum { WIDTH_NONE, WIDTH_DIM, WIDTH_Q, WIDTH_KV, WIDTH_FFN, WIDTH_HEAD } width_kind;
 /* Weights every family has, and the groups a family has or not (arch.h):
  * within a group the first weight decides, and the others must follow. */
-typedef enum { GROUP_CORE, GROUP_BIAS, GROUP_QK_NORM } weight_group;
+typedef enum { GROUP_CORE, GROUP_BIAS, GROUP_QK_NORM, GROUP_POST_NORM } weight_group;
 typedef struct {
     const char *suffix;
     size_t field;         /* offsetof(model_layer, ...) */
@@ -128,6 +128,8 @@ static const layer_weight_def LAYER_WEIGHTS[] = {
     {"attn_v.bias", offsetof(model_layer, bv), WIDTH_KV, WIDTH_NONE, GROUP_BIAS},
     {"attn_q_norm.weight", offsetof(model_layer, q_norm), WIDTH_HEAD, WIDTH_NONE, GROUP_QK_NORM},
     {"attn_k_norm.weight", offsetof(model_layer, k_norm), WIDTH_HEAD, WIDTH_NONE, GROUP_QK_NORM},
+    {"post_attention_norm.weight", offsetof(model_layer, post_attn_norm), WIDTH_DIM, WIDTH_NONE, GROUP_POST_NORM},
+    {"post_ffw_norm.weight", offsetof(model_layer, post_ffn_norm), WIDTH_DIM, WIDTH_NONE, GROUP_POST_NORM},
 };
 #define N_LAYER_WEIGHTS (sizeof LAYER_WEIGHTS / sizeof *LAYER_WEIGHTS)
 
@@ -227,6 +229,39 @@ static int rope_setup(model *m, loader *ld) {
     return 0;
 }
 
+/* The family's scales (embedding, attention scores, logit cap) and its
+ * sliding-window layers: every layer but each swa_period-th sees only the
+ * last attention.sliding_window positions, rotated with rope.freq_base_swa
+ * and no rope scaling (llama.cpp's gemma3). A file without the window key
+ * has global layers only. */
+static int gemma_setup(model *m, loader *ld) {
+    const model_arch *fam = m->family;
+    m->embed_scale = fam->embed_scale ? sqrtf((float)m->dim) : 1.0f;
+    m->logit_softcap = arch_float(ld, m->arch, "final_logit_softcapping", 0.0f);
+    if (fam->embed_scale) /* Gemma's query_pre_attn_scalar: dim / heads for the 62-layer 27B, else the head size */
+        m->attn.scale = 1.0f / sqrtf((float)(m->n_layers == 62 ? m->dim / m->n_heads : m->head_dim));
+    int window = 0, period = fam->swa_period;
+    if (!fam->swa_period || arch_int(ld, m->arch, "attention.sliding_window", 0, &window)) return fam->swa_period ? -1 : 0;
+    if (!window) return 0;
+    char key[128];
+    int64_t v;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
+    if (gguf_kv_get_i64(ld->f, key, &v) == 1) { /* an array (per-layer flags) is ignored, as llama.cpp does */
+        if (v < 0 || v > m->n_layers) return load_fail(ld, "metadata '%s' = %lld is out of range", key, (long long)v);
+        period = (int)v;
+    }
+    int half = m->head_dim / 2;
+    float base = arch_float(ld, m->arch, "rope.freq_base_swa", 10000.0f);
+    if (!(m->inv_freq_swa = malloc((size_t)half * sizeof(float)))) return load_fail(ld, "out of memory");
+    for (int i = 0; i < half; i++) m->inv_freq_swa[i] = (float)pow(base, -2.0 * i / m->head_dim);
+    m->attn_swa = m->attn;
+    m->attn_swa.inv_freq = m->inv_freq_swa;
+    m->attn_swa.mscale = 0;
+    m->attn_swa.window = window;
+    for (int l = 0; l < m->n_layers; l++) m->layers[l].swa = period == 0 || l % period < period - 1;
+    return 0;
+}
+
 static int read_hparams(model *m, loader *ld) {
     char *arch = gguf_kv_get_str(ld->f, "general.architecture");
     if (!arch) return load_fail(ld, "missing 'general.architecture'");
@@ -285,6 +320,7 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
         load_fail(&ld, "out of memory");
         goto fail;
     }
+    if (gemma_setup(m, &ld)) goto fail;
     int n_refs = 0, rc;
     const gguf_tensor *t;
 #define WEIGHT(name, w, cols, rows, optional)                                     \
@@ -300,8 +336,10 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     for (int l = 0; l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
         char name[96];
-        int *has[] = {[GROUP_BIAS] = &L->has_bias, [GROUP_QK_NORM] = &L->has_qk_norm};
-        arch_need need[] = {[GROUP_BIAS] = m->family->qkv_bias, [GROUP_QK_NORM] = m->family->qk_norm};
+        int *has[] = {[GROUP_BIAS] = &L->has_bias, [GROUP_QK_NORM] = &L->has_qk_norm,
+                      [GROUP_POST_NORM] = &L->has_post_norm};
+        arch_need need[] = {[GROUP_BIAS] = m->family->qkv_bias, [GROUP_QK_NORM] = m->family->qk_norm,
+                            [GROUP_POST_NORM] = m->family->post_norm};
         weight_group prev = GROUP_CORE;
         for (size_t i = 0; i < N_LAYER_WEIGHTS; i++) {
             const layer_weight_def *d = &LAYER_WEIGHTS[i];
@@ -394,6 +432,7 @@ void model_free(model *m, kb_backend *kb) {
     if (m->output_norm.dev) kb->weight_release(kb, &m->output_norm);
     free(m->layers);
     free(m->inv_freq);
+    free(m->inv_freq_swa);
     free(m->weights_mem);
     memset(m, 0, sizeof *m);
 }
@@ -487,11 +526,13 @@ int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const u
 
 void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n) {
     kb->embed(kb, s->x, &m->tok_embd, tokens, n);
+    if (m->embed_scale != 1.0f) kb->scale(kb, s->x, m->embed_scale, (size_t)n * m->dim);
 }
 
 /* One layer over rows [r0, r0+n) (positions pos0+r0..). */
 static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l, int r0, int n, int pos0) {
     const model_layer *L = &m->layers[l];
+    const kb_attn_shape *attn = L->swa ? &m->attn_swa : &m->attn;
     float *x = s->x + (size_t)r0 * m->dim;
     kb->rmsnorm(kb, s->xb, x, &L->attn_norm, n, m->dim, m->eps);
     kb->matmul(kb, s->q, &L->wq, s->xb, n);
@@ -506,16 +547,19 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
         kb->rmsnorm(kb, s->q, s->q, &L->q_norm, n * m->n_heads, m->head_dim, m->eps);
         kb->rmsnorm(kb, s->k, s->k, &L->k_norm, n * m->n_kv_heads, m->head_dim, m->eps);
     }
-    kb->rope(kb, s->q, n, m->n_heads, &m->attn, pos0 + r0);
-    kb->rope(kb, s->k, n, m->n_kv_heads, &m->attn, pos0 + r0);
-    kb->attention(kb, s->att, s->q, s->k, s->v, &s->kv[l], n, pos0 + r0, &m->attn);
+    kb->rope(kb, s->q, n, m->n_heads, attn, pos0 + r0);
+    kb->rope(kb, s->k, n, m->n_kv_heads, attn, pos0 + r0);
+    kb->attention(kb, s->att, s->q, s->k, s->v, &s->kv[l], n, pos0 + r0, attn);
     kb->matmul(kb, s->xb, &L->wo, s->att, n);
+    if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_attn_norm, n, m->dim, m->eps);
     kb->add(kb, x, s->xb, (size_t)n * m->dim);
     kb->rmsnorm(kb, s->xb, x, &L->ffn_norm, n, m->dim, m->eps);
     kb->matmul(kb, s->hb, &L->w_gate, s->xb, n);
     kb->matmul(kb, s->hb2, &L->w_up, s->xb, n);
-    kb->swiglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
+    if (m->family->gelu) kb->geglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
+    else kb->swiglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
     kb->matmul(kb, s->xb, &L->w_down, s->hb, n);
+    if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_ffn_norm, n, m->dim, m->eps);
     kb->add(kb, x, s->xb, (size_t)n * m->dim);
 }
 
@@ -543,4 +587,7 @@ void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n,
         kb->matmul(kb, s->logits, &m->output, s->xb, c);
         kb->to_host(kb, host_out + (size_t)r * m->n_vocab, s->logits, (size_t)c * m->n_vocab * sizeof(float));
     }
+    if (m->logit_softcap > 0)
+        for (size_t i = 0; i < (size_t)n * m->n_vocab; i++)
+            host_out[i] = m->logit_softcap * tanhf(host_out[i] / m->logit_softcap);
 }

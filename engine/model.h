@@ -21,7 +21,9 @@ typedef struct {
     kb_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
     kb_weight bq, bk, bv; /* q/k/v biases (qwen2; has_bias) */
     kb_weight q_norm, k_norm; /* per-head Q/K RMSNorm, head_dim values (qwen3; has_qk_norm) */
-    int has_bias, has_qk_norm;
+    kb_weight post_attn_norm, post_ffn_norm; /* norms of each half's output, dim values (gemma3; has_post_norm) */
+    int has_bias, has_qk_norm, has_post_norm;
+    int swa;              /* 1: a sliding-window layer (attends with model.attn_swa) */
     size_t bytes;         /* weight bytes of this layer */
 } model_layer;
 
@@ -33,6 +35,10 @@ typedef struct {
     float eps;
     kb_attn_shape attn;   /* heads, rope mode and inverse frequencies */
     float *inv_freq;      /* head_dim/2 values, owned */
+    kb_attn_shape attn_swa; /* the sliding-window layers' (window > 0 when there are any) */
+    float *inv_freq_swa;  /* their head_dim/2 values, owned (NULL without such layers) */
+    float embed_scale;    /* the embedding is multiplied by this (1: not scaled) */
+    float logit_softcap;  /* > 0: logits become c tanh(logit / c) */
     kb_weight tok_embd, output_norm, output;
     model_layer *layers;
     void *weights_mem;    /* every weight, in anonymous memory */

@@ -61,6 +61,8 @@ typedef struct {
     int neox;           /* 1: rotate (x[i], x[i+d/2]) pairs; 0: adjacent (x[2i], x[2i+1]) */
     const float *inv_freq; /* head_dim/2 inverse frequencies (host memory) */
     float mscale;       /* YaRN: the rotation's cos and sin are multiplied by this (0: by 1) */
+    float scale;        /* of the scores q.k (0: 1/sqrt(head_dim)) */
+    int window;         /* sliding window: a query sees the last WINDOW positions, its own included (0: all) */
 } kb_attn_shape;
 
 /* What the scratch of one request must hold (reserve). */
@@ -113,11 +115,16 @@ struct kb_backend {
     /* Rotates the N_HEADS heads of each of n rows of X; row i is at position pos0 + i. */
     void (*rope)(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0);
     /* Stores the n rows of K and V at positions pos0.. of CACHE, then writes
-     * causal attention for the n queries Q (positions pos0..) into OUT. */
+     * causal attention for the n queries Q (positions pos0..) into OUT, over
+     * S's window when it has one. */
     void (*attention)(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
                       int n, int pos0, const kb_attn_shape *s);
     /* gate = silu(gate) * up, elementwise over N values. */
     void (*swiglu)(kb_backend *kb, float *gate, const float *up, size_t n);
+    /* gate = gelu(gate) * up over N values, GELU in its tanh form (Gemma's GeGLU). */
+    void (*geglu)(kb_backend *kb, float *gate, const float *up, size_t n);
+    /* x *= by over N values. */
+    void (*scale)(kb_backend *kb, float *x, float by, size_t n);
     /* x += y over N values. */
     void (*add)(kb_backend *kb, float *x, const float *y, size_t n);
     /* Waits for queued work (no-op on the CPU). */

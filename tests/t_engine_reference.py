@@ -102,6 +102,17 @@ CASES = [
     ("Q5_K llama 2 layers", dict(KQUANT, type="Q5_K", layers=2), None),
     ("IQ4_XS llama 2 layers", dict(KQUANT, type="IQ4_XS", layers=2), None),
     ("Q5_K 4 layers masked", dict(KQUANT, type="Q5_K", layers=4), [1, 0, 1, 1]),
+    ("F32 gemma3 (scaled embedding, post-norms, GeGLU, q/k norms, tied head)",
+     dict(SMALL, type="F32", layers=3, arch="gemma3", tied=True), None),
+    ("F32 gemma3 sliding window 4, every 2nd layer global",
+     dict(SMALL, type="F32", layers=4, arch="gemma3", tied=True, window=4, swa_pattern=2), None),
+    ("Q8_0 gemma3 window 5, the default pattern (layer 5 global), masked",
+     dict(SMALL, type="Q8_0", layers=7, arch="gemma3", tied=True, window=5), [1, 1, 0, 1, 1, 1, 0]),
+    ("F16 gemma3 window 3, linear rope scaling on the global layers, logit softcap 3",
+     dict(SMALL, type="F16", layers=3, arch="gemma3", window=3, swa_pattern=3, rope_scaling="linear",
+          extra_kv={"gemma3.final_logit_softcapping": 3.0}), None),
+    ("F32 gemma3 62 layers, head size 32 (the 27B's score scale 1/sqrt(dim/heads))",
+     dict(SMALL, type="F32", layers=62, arch="gemma3", tied=True, head_dim=32, window=4), None),
 ]
 
 

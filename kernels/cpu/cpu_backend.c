@@ -62,7 +62,7 @@ typedef struct {
 
 enum { P_EMBED, P_RMSNORM, P_MATMUL1, P_MATMULN, P_QUANT, P_ROPE, P_ATTN, P_EW, P_BIAS, P_COUNT };
 static const char *prof_names[P_COUNT] = {"embed", "rmsnorm", "matmul n=1", "matmul n>1", "act quant", "rope",
-                                          "attention", "swiglu/add", "bias"};
+                                          "attention", "elementwise", "bias"};
 
 static double prof_now(void) {
     struct timespec ts;
@@ -532,14 +532,14 @@ static void attn_items(void *ctx, size_t b, size_t e, int ith) {
     int hd = s->head_dim, group = s->n_heads / s->n_kv_heads;
     int f16 = c->type == KB_KV_F16;
     size_t esz = f16 ? 2 : 4;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
     for (size_t it = b; it < e; it++) {
         int i = (int)(it / (size_t)s->n_kv_heads), g = (int)(it % (size_t)s->n_kv_heads);
+        int seen = j->pos0 + i + 1, first = s->window > 0 && seen > s->window ? seen - s->window : 0;
         size_t qoff = ((size_t)i * s->n_heads + (size_t)g * group) * hd;
-        size_t hoff = (size_t)g * c->n_ctx * hd * esz;
+        size_t hoff = ((size_t)g * c->n_ctx + (size_t)first) * hd * esz;
         j->c->k->attn(j->q + qoff, group, (const uint8_t *)c->k + hoff, (const uint8_t *)c->v + hoff, f16, (size_t)hd,
-                      j->pos0 + i + 1, hd, scale,
-                      j->c->scratch[ith], j->out + qoff);
+                      seen - first, hd, scale, j->c->scratch[ith], j->out + qoff);
     }
 }
 
@@ -562,26 +562,42 @@ static void cpu_attention(kb_backend *kb, float *out, const float *q, const floa
     PROF_END(c, P_ATTN);
 }
 
+typedef enum { EW_SWIGLU, EW_GEGLU, EW_ADD, EW_SCALE } ew_op;
+static const char *const EW_NAMES[] = {"swiglu", "geglu", "add", "scale"};
+
 typedef struct {
     cpu_impl *c;
     float *x;
     const float *y;
-    int op; /* 0 swiglu, 1 add */
+    float by;
+    ew_op op;
 } ew_job;
+
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static void geglu_rows(float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608f * x * (1.0f + 0.044715f * x * x))) * u[i];
+    }
+}
 
 static void ew_items(void *ctx, size_t b, size_t e, int ith) {
     (void)ith;
     ew_job *j = ctx;
-    if (j->op == 0)
-        j->c->k->swiglu(j->x + b, j->y + b, e - b);
-    else
-        j->c->k->add(j->x + b, j->y + b, e - b);
+    switch (j->op) {
+    case EW_SWIGLU: j->c->k->swiglu(j->x + b, j->y + b, e - b); break;
+    case EW_GEGLU: geglu_rows(j->x + b, j->y + b, e - b); break;
+    case EW_ADD: j->c->k->add(j->x + b, j->y + b, e - b); break;
+    case EW_SCALE:
+        for (size_t i = b; i < e; i++) j->x[i] *= j->by;
+        break;
+    }
 }
 
-static void elementwise(kb_backend *kb, float *x, const float *y, size_t n, int op) {
-    if (op_begin(kb, op == 0 ? "swiglu" : "add")) return;
+static void elementwise(kb_backend *kb, float *x, const float *y, float by, size_t n, ew_op op) {
+    if (op_begin(kb, EW_NAMES[op])) return;
     PROF_BEGIN(impl_of(kb));
-    ew_job j = {impl_of(kb), x, y, op};
+    ew_job j = {impl_of(kb), x, y, by, op};
     if (n >= 65536)
         tp_run(impl_of(kb)->pool, ew_items, &j, n, 64);
     else
@@ -589,9 +605,17 @@ static void elementwise(kb_backend *kb, float *x, const float *y, size_t n, int 
     PROF_END(impl_of(kb), P_EW);
 }
 
-static void cpu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) { elementwise(kb, gate, up, n, 0); }
+static void cpu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) {
+    elementwise(kb, gate, up, 0, n, EW_SWIGLU);
+}
 
-static void cpu_add(kb_backend *kb, float *x, const float *y, size_t n) { elementwise(kb, x, y, n, 1); }
+static void cpu_geglu(kb_backend *kb, float *gate, const float *up, size_t n) {
+    elementwise(kb, gate, up, 0, n, EW_GEGLU);
+}
+
+static void cpu_add(kb_backend *kb, float *x, const float *y, size_t n) { elementwise(kb, x, y, 0, n, EW_ADD); }
+
+static void cpu_scale(kb_backend *kb, float *x, float by, size_t n) { elementwise(kb, x, NULL, by, n, EW_SCALE); }
 
 static void cpu_sync(kb_backend *kb) { (void)kb; }
 
@@ -658,6 +682,8 @@ kb_backend *kb_cpu_create(int n_threads) {
     kb->rope = cpu_rope;
     kb->attention = cpu_attention;
     kb->swiglu = cpu_swiglu;
+    kb->geglu = cpu_geglu;
+    kb->scale = cpu_scale;
     kb->add = cpu_add;
     kb->sync = cpu_sync;
     kb->launches = cpu_launches;

@@ -303,7 +303,8 @@ template <int KVT> KDEV float kv_at(const void *p, size_t i) {
 
 /* Attention for query rows [i0, i0+qt) (i0 = blockIdx.x * qt) of head
  * blockIdx.y over the positions of split blockIdx.z: [s*split_len,
- * (s+1)*split_len), causally cut (row i sees positions <= pos0 + i).
+ * (s+1)*split_len), causally cut (row i sees positions <= pos0 + i) and,
+ * with WINDOW > 0, to the last WINDOW of them.
  * Online softmax over tiles of TILE positions (TILE <= 32: lane = position
  * in the score phase). With one split the result goes to OUT; otherwise the
  * unnormalised output, the running max and the sum go to PART
@@ -313,7 +314,7 @@ template <int KVT> KDEV float kv_at(const void *p, size_t i) {
 template <int KVT>
 KGLOBAL void k_attn(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc, int kv_dim,
                     int n, int pos0, int n_heads, int group, int hd, int qt, int tile, int split_len, int nsplit,
-                    float scale, float *__restrict__ out, float *__restrict__ part) {
+                    float scale, int window, float *__restrict__ out, float *__restrict__ part) {
     DYN_SMEM(float, sm);
     int h = blockIdx.y, s = blockIdx.z, i0 = blockIdx.x * qt;
     int tid = threadIdx.x, nthr = blockDim.x, warp = tid >> 5, lane = tid & 31, nwarps = nthr >> 5;
@@ -346,7 +347,7 @@ KGLOBAL void k_attn(const float *__restrict__ q, const void *__restrict__ kc, co
         for (int r = warp; r < nq; r += nwarps) { /* warp-uniform */
             int pq = pos0 + i0 + r;
             float sc = -INFINITY;
-            if (lane < nt && t0 + lane <= pq) {
+            if (lane < nt && t0 + lane <= pq && (window <= 0 || pq - (t0 + lane) < window)) {
                 const float *qr = Q + r * hd, *kr = K + lane * (hd + 1);
                 float dot = 0.0f;
                 for (int d = 0; d < hd; d++) dot += qr[d] * kr[d];
@@ -420,6 +421,21 @@ KGLOBAL void k_swiglu(float *__restrict__ g, const float *__restrict__ u, size_t
     }
 }
 
+/* GELU in its tanh form times up (Gemma's GeGLU). */
+KGLOBAL void k_geglu(float *__restrict__ g, const float *__restrict__ u, size_t count) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+        float a = g[i];
+        float t = tanhf(0.7978845608f * a * (1.0f + 0.044715f * a * a));
+        g[i] = fmul_rn(0.5f * a * (1.0f + t), u[i]);
+    }
+}
+
+KGLOBAL void k_scale(float *__restrict__ x, float by, size_t count) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) x[i] = fmul_rn(x[i], by);
+}
+
 KGLOBAL void k_add(float *__restrict__ x, const float *__restrict__ y, size_t count) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) x[i] = fadd_rn(x[i], y[i]);
@@ -467,8 +483,9 @@ struct cu_impl {
     size_t mem_used, mem_limit; /* emulation: "device" bytes in use and the budget (0: none) */
     char label[300];            /* kb->name: "cuda:0 (NVIDIA H200)" */
     cu_buf act, x16, w16, part, ids;
-    float *inv_dev, *inv_host; /* RoPE inverse frequencies: inv_cap values each (reserve) */
-    int inv_n, inv_cap;        /* inv_n: how many of them the device copy holds now */
+    float *inv_dev, *inv_host; /* RoPE inverse frequencies: 2 slots of inv_cap values each (reserve), so that */
+    int inv_n[2], inv_cap;     /* Gemma's two kinds of layers alternate without uploads; inv_n: values a slot holds */
+    int inv_next;              /* the slot the next upload replaces */
 };
 
 static cu_impl *impl_of(kb_backend *kb) { return static_cast<cu_impl *>(kb->impl); }
@@ -776,8 +793,8 @@ static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     if (buf_grow(c, &c->act, act_bytes(rows, w)) && buf_grow(c, &c->act, act_bytes(1, w))) goto oom;
     if (buf_grow(c, &c->ids, (rows > 256 ? rows : 256) * 4) && buf_grow(c, &c->ids, 256 * 4)) goto oom;
     if (half > c->inv_cap) {
-        float *host = static_cast<float *>(malloc((size_t)half * sizeof(float)));
-        float *dev = static_cast<float *>(rt_malloc(c, (size_t)half * sizeof(float)));
+        float *host = static_cast<float *>(malloc(2 * (size_t)half * sizeof(float)));
+        float *dev = static_cast<float *>(rt_malloc(c, 2 * (size_t)half * sizeof(float)));
         if (!host || !dev) {
             free(host);
             rt_free(c, dev);
@@ -789,7 +806,7 @@ static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
         c->inv_host = host;
         c->inv_dev = dev;
         c->inv_cap = half;
-        c->inv_n = 0;
+        c->inv_n[0] = c->inv_n[1] = 0;
     }
     for (int n = 1; s->attn && n <= (int)rows; n++) {
         attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn->head_dim, s->attn->n_heads);
@@ -1035,22 +1052,35 @@ static void cu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
            static_cast<const float *>(b->dev), b->cols, cnt);
 }
 
+/* The device copy of the HALF inverse frequencies INV: a slot that holds
+ * them, else the older slot after uploading them; NULL when that fails. */
+static const float *rope_freqs(cu_impl *c, const float *inv, int half) {
+    size_t bytes = (size_t)half * sizeof(float);
+    for (int k = 0; k < 2; k++)
+        if (c->inv_n[k] == half && !memcmp(c->inv_host + (size_t)k * c->inv_cap, inv, bytes))
+            return c->inv_dev + (size_t)k * c->inv_cap;
+    int k = c->inv_next;
+    c->inv_next ^= 1;
+    float *host = c->inv_host + (size_t)k * c->inv_cap, *dev = c->inv_dev + (size_t)k * c->inv_cap;
+    memcpy(host, inv, bytes);
+    c->inv_n[k] = half;
+    if (rt_copy(c, dev, host, bytes, H2D) || rt_sync(c)) {
+        c->inv_n[k] = 0;
+        return NULL;
+    }
+    return dev;
+}
+
 static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
     cu_impl *c = impl_of(kb);
     int half = s->head_dim / 2;
     if (n <= 0) return;
     if (half > c->inv_cap) return report(c, "rope", "head size larger than the scratch reserved");
-    if (c->inv_n != half || memcmp(c->inv_host, s->inv_freq, (size_t)half * sizeof(float))) {
-        memcpy(c->inv_host, s->inv_freq, (size_t)half * sizeof(float));
-        c->inv_n = half;
-        if (rt_copy(c, c->inv_dev, c->inv_host, (size_t)half * sizeof(float), H2D) || rt_sync(c)) {
-            c->inv_n = 0;
-            return;
-        }
-    }
+    const float *freqs = rope_freqs(c, s->inv_freq, half);
+    if (!freqs) return;
     int threads = n_heads * half >= 256 ? 256 : 32 * ((n_heads * half + 31) / 32);
-    launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, s->neox,
-           (const float *)c->inv_dev, pos0, s->mscale != 0 ? s->mscale : 1.0f);
+    launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, s->neox, freqs,
+           pos0, s->mscale != 0 ? s->mscale : 1.0f);
 }
 
 static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
@@ -1073,16 +1103,16 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
         p.split_len = pos0 + n;
     }
     int qt = p.qt, tile = p.tile, qtiles = (n + qt - 1) / qt, nsplit = p.nsplit, split_len = p.split_len;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
     dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
     size_t smem = attn_smem(qt, tile, hd);
     float *part = static_cast<float *>(c->part.p);
     if (f16)
         launch(c, "attention", k_attn<1>, ag, ab, smem, q, (const void *)cache->k, (const void *)cache->v,
-               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, out, part);
+               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, s->window, out, part);
     else
         launch(c, "attention", k_attn<0>, ag, ab, smem, q, (const void *)cache->k, (const void *)cache->v,
-               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, out, part);
+               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, s->window, out, part);
     if (nsplit > 1)
         launch(c, "attention_combine", k_attn_combine, dim3((unsigned)heads, (unsigned)n),
                dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, nsplit, heads, hd, out);
@@ -1092,6 +1122,18 @@ static void cu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) {
     cu_impl *c = impl_of(kb);
     if (!n) return;
     launch(c, "swiglu", k_swiglu, dim3(grid_for(c, n, EW_THREADS)), dim3(EW_THREADS), 0, gate, up, n);
+}
+
+static void cu_geglu(kb_backend *kb, float *gate, const float *up, size_t n) {
+    cu_impl *c = impl_of(kb);
+    if (!n) return;
+    launch(c, "geglu", k_geglu, dim3(grid_for(c, n, EW_THREADS)), dim3(EW_THREADS), 0, gate, up, n);
+}
+
+static void cu_scale(kb_backend *kb, float *x, float by, size_t n) {
+    cu_impl *c = impl_of(kb);
+    if (!n) return;
+    launch(c, "scale", k_scale, dim3(grid_for(c, n, EW_THREADS)), dim3(EW_THREADS), 0, x, by, n);
 }
 
 static void cu_add(kb_backend *kb, float *x, const float *y, size_t n) {
@@ -1226,6 +1268,8 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->rope = cu_rope;
     kb->attention = cu_attention;
     kb->swiglu = cu_swiglu;
+    kb->geglu = cu_geglu;
+    kb->scale = cu_scale;
     kb->add = cu_add;
     kb->sync = cu_sync;
     kb->launches = cu_launches;

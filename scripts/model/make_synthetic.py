@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write synthetic GGUF models with random weights: llama, qwen2, qwen3.
+"""Write synthetic GGUF models with random weights: llama, qwen2, qwen3, gemma3.
 
 llama and qwen2 files carry a SentencePiece-style vocabulary; qwen3 files a
 byte-level BPE one (tokenizer.ggml.model gpt2, pre-tokenizer qwen2) with
@@ -7,6 +7,15 @@ Qwen's special tokens and a ChatML template with thinking, as llama.cpp's
 converter writes a Qwen3 model. qwen3 has per-head Q/K norms
 (blk.N.attn_q_norm / attn_k_norm) and a head size of its own (--head-dim,
 written as qwen3.attention.key_length / value_length).
+
+gemma3 files are written as llama.cpp's converter writes Gemma 3 (text): Q/K
+norms, post_attention_norm and post_ffw_norm, norm weights that already hold
+Gemma's 1 + w, a tied head with --tied (Gemma's own files always tie it),
+rope base 1e6 for the global layers, and with --window W a sliding window of
+W positions on every layer but each --swa-pattern-th (the key is written only
+when given; llama.cpp's default is 6); its vocabulary is SentencePiece-style
+with Gemma's ids (<pad> 0, <eos> 1, <bos> 2), <unk>, <start_of_turn> and
+<end_of_turn> as its last three, no space prefix, and a Gemma chat template.
 
 A scripted model (script=[(TEXT, NEXT_TEXT), ...], Python only) answers by
 rote: its layers add nothing (attn_output and ffn_down are zero) and its
@@ -49,8 +58,12 @@ import ilpd_gguf as gguf  # noqa: E402
 DEFAULTS = dict(type="F32", arch="llama", layers=4, dim=64, heads=4, kv_heads=2,
                 ffn=128, vocab=320, ctx=256, seed=0, tied=False, rope_base=None,
                 llama3_rope_scaling=False, rope_scaling=None, rope_orig_ctx=None, name=None,
-                head_dim=None, script=None, extra_kv=None, drop=())
-ARCHS = ("llama", "qwen2", "qwen3")
+                head_dim=None, script=None, extra_kv=None, drop=(), window=0, swa_pattern=None)
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
+                  "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim "
+                  "+ '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}"
+                  "{% endif %}")
 
 N_SPECIAL = 3            # <unk>, <s>, </s>
 N_BYTES = 256
@@ -198,6 +211,27 @@ def _write_spm_tokenizer(w, vocab):
     return tokens
 
 
+def _write_gemma_tokenizer(w, vocab):
+    """Add Gemma's SentencePiece metadata (gemma3 files): the llama-style vocabulary with Gemma's special
+    ids and turn tokens, BOS added, no space prefix; returns the token texts."""
+    tokens, scores, types = spm_vocab(vocab)
+    tokens[:3], types[:3] = ["<pad>", "<eos>", "<bos>"], [3, 3, 3]
+    tokens[-3:], types[-3:], scores[-3:] = ["<unk>", "<start_of_turn>", "<end_of_turn>"], [2, 3, 3], [0.0] * 3
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", tokens, "str")
+    w.add_array("tokenizer.ggml.scores", scores, "f32")
+    w.add_array("tokenizer.ggml.token_type", types, "i32")
+    w.add_u32("tokenizer.ggml.bos_token_id", 2)
+    w.add_u32("tokenizer.ggml.eos_token_id", 1)
+    w.add_u32("tokenizer.ggml.unknown_token_id", len(tokens) - 3)
+    w.add_u32("tokenizer.ggml.padding_token_id", 0)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_bool("tokenizer.ggml.add_eos_token", False)
+    w.add_bool("tokenizer.ggml.add_space_prefix", False)
+    w.add_string("tokenizer.chat_template", GEMMA_TEMPLATE)
+    return tokens
+
+
 def _write_qwen_tokenizer(w, vocab):
     """Add Qwen's byte-level BPE tokenizer metadata as llama.cpp's converter writes it (qwen3 files):
     BOS = padding = <|endoftext|> (not added), EOS = <|im_end|>, the ChatML template with thinking;
@@ -222,8 +256,10 @@ def _check_shape(s):
         raise ValueError("arch must be one of %s" % ", ".join(ARCHS))
     if s["head_dim"] is None and s["dim"] % s["heads"]:
         raise ValueError("dim must be a multiple of heads (or give head_dim)")
-    if s["head_dim"] is not None and s["arch"] != "qwen3":
-        raise ValueError("head_dim other than dim / heads is for qwen3 only")
+    if s["head_dim"] is not None and s["arch"] not in ("qwen3", "gemma3"):
+        raise ValueError("head_dim other than dim / heads is for qwen3 and gemma3 only")
+    if (s["window"] or s["swa_pattern"] is not None) and s["arch"] != "gemma3":
+        raise ValueError("a sliding window is for gemma3 only")
     if s["heads"] % s["kv_heads"]:
         raise ValueError("heads must be a multiple of kv-heads")
     if (s["head_dim"] or s["dim"] // s["heads"]) % 2:
@@ -250,12 +286,12 @@ def make_model(path, **shape):
     if wtype not in gguf.FILE_TYPE:
         raise ValueError("unsupported weight type %r" % s["type"])
     if s["rope_base"] is None:
-        s["rope_base"] = 1000000.0 if arch in ("qwen2", "qwen3") else 10000.0
+        s["rope_base"] = 1000000.0 if arch in ("qwen2", "qwen3", "gemma3") else 10000.0
     dim, n_layer, ffn, vocab = s["dim"], s["layers"], s["ffn"], s["vocab"]
     head_dim = s["head_dim"] or dim // s["heads"]
     q_dim = head_dim * s["heads"]
     kv_dim = head_dim * s["kv_heads"]
-    eps = 1e-6 if arch in ("qwen2", "qwen3") else 1e-5
+    eps = 1e-6 if arch in ("qwen2", "qwen3", "gemma3") else 1e-5
     orig_ctx = s["rope_orig_ctx"] or LLAMA3_ORIGINAL_CTX  # llama3 scaling's original context
 
     w = gguf.Writer(path)
@@ -282,13 +318,17 @@ def make_model(path, **shape):
             w.add_u32(arch + ".rope.scaling.original_context_length", orig_ctx)
     elif s["rope_scaling"] is not None:
         raise ValueError("rope_scaling must be linear, llama3 or yarn")
-    if arch == "qwen3":
+    if arch in ("qwen3", "gemma3"):
         w.add_u32(arch + ".attention.key_length", head_dim)
         w.add_u32(arch + ".attention.value_length", head_dim)
+    if s["window"]:
+        w.add_u32(arch + ".attention.sliding_window", s["window"])
+    if s["swa_pattern"] is not None:
+        w.add_u32(arch + ".attention.sliding_window_pattern", s["swa_pattern"])
     w.add_u32("general.file_type", gguf.FILE_TYPE[wtype])
     for key, value in (s["extra_kv"] or {}).items():
         {float: w.add_f32, int: w.add_u32, str: w.add_string}[type(value)](key, value)
-    tokens = _write_qwen_tokenizer(w, vocab) if arch == "qwen3" else _write_spm_tokenizer(w, vocab)
+    tokens = {"qwen3": _write_qwen_tokenizer, "gemma3": _write_gemma_tokenizer}.get(arch, _write_spm_tokenizer)(w, vocab)
     script = [(tokens.index(a), tokens.index(b)) for a, b in s["script"] or ()]
     if script and s["tied"]:
         raise ValueError("a scripted model needs its own output head (not tied)")
@@ -355,14 +395,18 @@ def make_model(path, **shape):
             bias(p + "attn_q.bias", q_dim)
             bias(p + "attn_k.bias", kv_dim)
             bias(p + "attn_v.bias", kv_dim)
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             norm(p + "attn_q_norm.weight", head_dim)
             norm(p + "attn_k_norm.weight", head_dim)
         matrix(p + "attn_output.weight", dim, q_dim, branch_scale / math.sqrt(q_dim), silent)
+        if arch == "gemma3":  # the post-norm brings the branch back to O(1); scaled like the others
+            put(p + "post_attention_norm.weight", branch_scale * (1.0 + 0.1 * rng.standard_normal(dim, dtype=np.float32)), gguf.F32)
         norm(p + "ffn_norm.weight", dim)
         matrix(p + "ffn_gate.weight", ffn, dim, 1.0 / math.sqrt(dim))
         matrix(p + "ffn_up.weight", ffn, dim, 1.0 / math.sqrt(dim))
         matrix(p + "ffn_down.weight", dim, ffn, 2.0 * branch_scale / math.sqrt(ffn), silent)
+        if arch == "gemma3":
+            put(p + "post_ffw_norm.weight", branch_scale * (1.0 + 0.1 * rng.standard_normal(dim, dtype=np.float32)), gguf.F32)
     w.write()
     if fallbacks:
         print("make_synthetic: %d weights written as F16, rows not a multiple of %d for %s: %s"
@@ -385,7 +429,9 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=DEFAULTS["heads"])
     ap.add_argument("--kv-heads", type=int, default=DEFAULTS["kv_heads"])
     ap.add_argument("--ffn", type=int, default=DEFAULTS["ffn"])
-    ap.add_argument("--head-dim", type=int, default=None, help="qwen3: head size (default dim / heads)")
+    ap.add_argument("--head-dim", type=int, default=None, help="qwen3, gemma3: head size (default dim / heads)")
+    ap.add_argument("--window", type=int, default=0, help="gemma3: sliding window of the local layers (0: none)")
+    ap.add_argument("--swa-pattern", type=int, default=None, help="gemma3: every this-many-th layer is global")
     ap.add_argument("--vocab", type=int, default=DEFAULTS["vocab"])
     ap.add_argument("--ctx", type=int, default=DEFAULTS["ctx"])
     ap.add_argument("--seed", type=int, default=DEFAULTS["seed"])
@@ -406,7 +452,8 @@ def main(argv=None):
                        heads=a.heads, kv_heads=a.kv_heads, ffn=a.ffn, vocab=a.vocab,
                        ctx=a.ctx, seed=a.seed, tied=a.tied, rope_base=a.rope_base,
                        llama3_rope_scaling=a.llama3_rope_scaling, name=a.name, head_dim=a.head_dim,
-                       rope_scaling=a.rope_scaling, rope_orig_ctx=a.rope_orig_ctx)
+                       rope_scaling=a.rope_scaling, rope_orig_ctx=a.rope_orig_ctx, window=a.window,
+                       swa_pattern=a.swa_pattern)
     except ValueError as e:
         print("make_synthetic: %s" % e, file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Numpy reference forward pass for llama, qwen2 and qwen3 GGUF models (the test oracle).
+"""Numpy reference forward pass for llama, qwen2, qwen3 and gemma3 GGUF models (the test oracle).
 
 Weights are dequantized with scripts/model/ilpd_gguf.py exactly as the file defines
 them, then all arithmetic runs in float64, so the only approximation against
@@ -31,6 +31,16 @@ Model semantics (as llama.cpp defines them for these architectures):
     h = rmsnorm(x) * ffn_norm; x += (silu(h @ Wg.T) * (h @ Wu.T)) @ Wd.T
   logits = (rmsnorm(x) * output_norm) @ output.T   (token_embd if output absent)
 
+gemma3 (llama.cpp's src/models/gemma3.cpp): x = token_embd[token] * sqrt(dim);
+  neox rope and qwen3's Q/K norms; scores scaled by 1/sqrt(head_dim) (by
+  1/sqrt(dim / heads) for 62 layers); the attention output and the FFN output
+  each go through their own rmsnorm (post_attention_norm, post_ffw_norm)
+  before the residual add; FFN gelu_tanh(h @ Wg.T) * (h @ Wu.T); with
+  attention.sliding_window W, layer i with i % P < P - 1 (P =
+  attention.sliding_window_pattern, default 6) lets position p see positions
+  p - W < j <= p only and rotates with base rope.freq_base_swa (10000) and no
+  rope scaling; final_logit_softcapping c: logits = c tanh(logits / c).
+
 CLI:
   /usr/bin/python3 tests/reference/reference.py -m MODEL.gguf --tokens 1,2,3 \
       [--mask 1,1,0,1] -o OUT.f32
@@ -47,7 +57,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "model"))
 import ilpd_gguf  # noqa: E402
 
-ROPE_MODE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox"}
+ROPE_MODE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox"}
 QUANTIZED = (ilpd_gguf.Q8_0, ilpd_gguf.Q4_0, ilpd_gguf.Q4_1, ilpd_gguf.Q5_0, ilpd_gguf.Q5_1, ilpd_gguf.IQ4_NL,
              ilpd_gguf.Q2_K, ilpd_gguf.Q3_K, ilpd_gguf.Q4_K, ilpd_gguf.Q5_K, ilpd_gguf.Q6_K, ilpd_gguf.IQ4_XS)
 
@@ -66,7 +76,7 @@ def quantize_activation(h):
 
 
 class Model:
-    """A GGUF llama/qwen2/qwen3 model held as dequantized float32 weights."""
+    """A GGUF llama/qwen2/qwen3/gemma3 model held as dequantized float32 weights."""
 
     def __init__(self, path):
         self.gguf = ilpd_gguf.Reader(path)
@@ -91,6 +101,13 @@ class Model:
             low=kv.get(a + "rope.scaling.low_freq_factor", 1.0), high=kv.get(a + "rope.scaling.high_freq_factor", 4.0),
             orig=kv.get(a + "rope.scaling.original_context_length", kv.get(a + "context_length", 2048)),
             beta_fast=kv.get(a + "rope.scaling.yarn_beta_fast", 32.0), beta_slow=kv.get(a + "rope.scaling.yarn_beta_slow", 1.0))
+        self.gemma = self.arch == "gemma3"
+        self.window = kv.get(a + "attention.sliding_window", 0) if self.gemma else 0
+        period = kv.get(a + "attention.sliding_window_pattern", 6)
+        self.swa = [bool(self.window) and (period == 0 or i % period < period - 1) for i in range(self.n_layer)]
+        self.rope_base_swa = kv.get(a + "rope.freq_base_swa", 10000.0)
+        self.softcap = kv.get(a + "final_logit_softcapping", 0.0)
+        self.kq_scale = 1 / np.sqrt(self.dim // self.n_head if self.gemma and self.n_layer == 62 else self.head_dim)
 
     def weight(self, name):
         """Return tensor name as float32 (numpy shape = reversed ne), or None if absent."""
@@ -104,11 +121,12 @@ class Model:
         """Return rmsnorm(x) * w over the last axis (float64)."""
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def _rope(self, x, pos):
-        """Return x [n, heads, head_dim] with rotary embedding applied at positions pos."""
+    def _rope(self, x, pos, swa=False):
+        """Return x [n, heads, head_dim] with rotary embedding applied at positions pos (swa: a
+        sliding-window layer's, its own base and no scaling)."""
         half = self.n_rot // 2
-        theta = self.rope_base ** (-2.0 * np.arange(half) / self.n_rot)
-        sc = self.rope_scaling
+        theta = (self.rope_base_swa if swa else self.rope_base) ** (-2.0 * np.arange(half) / self.n_rot)
+        sc = dict(self.rope_scaling, type="none") if swa else self.rope_scaling
         if self.rope_factors is not None:
             theta = theta / self.rope_factors.astype(np.float64)
         elif sc["type"] == "linear":
@@ -149,8 +167,9 @@ class Model:
         b = self.weight(name + ".bias")
         return y if b is None else y + b
 
-    def _attention(self, h, p, pos):
-        """Return the attention block output for normed input h [n, dim] of layer prefix p."""
+    def _attention(self, h, p, pos, swa=False):
+        """Return the attention block output for normed input h [n, dim] of layer prefix p (swa: a
+        sliding-window layer)."""
         n = len(h)
         q = self._linear(h, p + "attn_q").reshape(n, self.n_head, self.head_dim)
         k = self._linear(h, p + "attn_k").reshape(n, self.n_kv_head, self.head_dim)
@@ -158,12 +177,15 @@ class Model:
         qn, kn = self.weight(p + "attn_q_norm.weight"), self.weight(p + "attn_k_norm.weight")
         if qn is not None:                                   # qwen3: per-head RMSNorm before rope
             q, k = self._rmsnorm(q, qn), self._rmsnorm(k, kn)
-        q, k = self._rope(q, pos), self._rope(k, pos)
+        q, k = self._rope(q, pos, swa), self._rope(k, pos, swa)
         group = self.n_head // self.n_kv_head
         k = np.repeat(k, group, axis=1)                      # head h uses kv head h // group
         v = np.repeat(v, group, axis=1)
-        scores = np.einsum("ihd,jhd->hij", q, k) / np.sqrt(self.head_dim)
-        scores = np.where(np.tril(np.ones((n, n), dtype=bool))[None], scores, -np.inf)
+        scores = np.einsum("ihd,jhd->hij", q, k) * self.kq_scale
+        seen = np.tril(np.ones((n, n), dtype=bool))
+        if swa:
+            seen &= (pos[:, None] - pos[None, :]) < self.window
+        scores = np.where(seen[None], scores, -np.inf)
         scores -= scores.max(axis=-1, keepdims=True)
         prob = np.exp(scores)
         prob /= prob.sum(axis=-1, keepdims=True)
@@ -171,10 +193,19 @@ class Model:
         return self._linear(out, p + "attn_output")
 
     def _ffn(self, h, p):
-        """Return the SwiGLU FFN output for normed input h of layer prefix p."""
+        """Return the SwiGLU (gemma3: GeGLU, tanh GELU) FFN output for normed input h of layer prefix p."""
         g = self._linear(h, p + "ffn_gate")
         u = self._linear(h, p + "ffn_up")
-        return self._linear(g / (1.0 + np.exp(-g)) * u, p + "ffn_down")
+        if self.gemma:
+            act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+        else:
+            act = g / (1.0 + np.exp(-g))
+        return self._linear(act * u, p + "ffn_down")
+
+    def _post(self, y, name):
+        """Return y through the post-norm NAME when the file has it (gemma3), else y."""
+        w = self.weight(name)
+        return y if w is None else self._rmsnorm(y, w)
 
     def forward(self, tokens, mask=None):
         """Return float64 logits [len(tokens), vocab] for one sequence starting at position 0.
@@ -193,15 +224,20 @@ class Model:
         # tie: there a float32 engine may legitimately round the other way.
         self.tie = np.full(len(tokens), np.inf)
         x = self.weight("token_embd.weight")[tokens].astype(np.float64)
+        if self.gemma:
+            x = x * np.sqrt(np.float32(self.dim))
         for i in range(self.n_layer):
             if not mask[i]:
                 continue
             p = "blk.%d." % i
-            x = x + self._attention(self._rmsnorm(x, self.weight(p + "attn_norm.weight")), p, pos)
-            x = x + self._ffn(self._rmsnorm(x, self.weight(p + "ffn_norm.weight")), p)
+            a = self._attention(self._rmsnorm(x, self.weight(p + "attn_norm.weight")), p, pos, self.swa[i])
+            x = x + self._post(a, p + "post_attention_norm.weight")
+            f = self._ffn(self._rmsnorm(x, self.weight(p + "ffn_norm.weight")), p)
+            x = x + self._post(f, p + "post_ffw_norm.weight")
         x = self._rmsnorm(x, self.weight("output_norm.weight"))
         head = "output" if "output.weight" in self.gguf.tensors else "token_embd"
-        return self._linear(x, head)
+        logits = self._linear(x, head)
+        return self.softcap * np.tanh(logits / self.softcap) if self.softcap else logits
 
     def greedy(self, tokens, n_steps, mask=None):
         """Return (generated ids, chosen logits): n_steps of argmax decoding after tokens."""

@@ -156,6 +156,33 @@ static void test_qwen3(void) {
           "qwen3 calls tools with Qwen2.5's Hermes tags");
 }
 
+/* Gemma 3's template, abridged (as google/gemma-3-1b-it ships it). */
+static const char gemma_template[] =
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + "
+    "'\\n\\n' -%}{%- set loop_messages = messages[1:] -%}{%- endif -%}{%- for message in loop_messages -%}{%- if "
+    "(message['role'] == 'assistant') -%}{%- set role = \"model\" -%}{%- else -%}{%- set role = message['role'] -%}"
+    "{%- endif -%}{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}{{ "
+    "message['content'] | trim }}{{ '<end_of_turn>\\n' }}{%- endfor -%}{%- if add_generation_prompt -%}"
+    "{{'<start_of_turn>model\\n'}}{%- endif -%}";
+
+static void test_gemma(void) {
+    CHECK(chat_family_detect(gemma_template) == CHAT_FAMILY_GEMMA && chat_family_parse("gemma") == CHAT_FAMILY_GEMMA,
+          "gemma detected (<start_of_turn>) and named");
+    CHECK(renders(CHAT_FAMILY_GEMMA, " Be brief. ", turns, 3,
+                  "<start_of_turn>user\n Be brief. \n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+                  "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"),
+          "gemma: the system prompt opens the first user turn after a blank line, 'model' answers");
+    CHECK(renders(CHAT_FAMILY_GEMMA, NULL, prefill, 2, "<start_of_turn>user\nCount<end_of_turn>\n<start_of_turn>model\n1, 2,"),
+          "gemma: an assistant prefill is left open");
+    static const chat_message mid[] = {{.role = CHAT_ROLE_USER, .text = " a "},
+                                       {.role = CHAT_ROLE_SYSTEM, .text = "b"},
+                                       {.role = CHAT_ROLE_USER, .text = "c"}};
+    CHECK(renders(CHAT_FAMILY_GEMMA, NULL, mid, 3,
+                  "<start_of_turn>user\na<end_of_turn>\n<start_of_turn>user\nb\n\nc<end_of_turn>\n<start_of_turn>model\n"),
+          "gemma: a later system message opens the next turn's text; message texts are trimmed");
+    CHECK(renders(CHAT_FAMILY_GEMMA, NULL, NULL, 0, "<start_of_turn>model\n"), "gemma: an empty conversation opens the model turn");
+}
+
 static void test_zephyr(void) {
     CHECK(renders(CHAT_FAMILY_ZEPHYR, "Be brief.", one, 1, "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n"),
           "zephyr: system + user");
@@ -322,6 +349,7 @@ int main(void) {
     test_llama3();
     test_chatml();
     test_qwen3();
+    test_gemma();
     test_zephyr();
     test_llama2();
     test_plain();

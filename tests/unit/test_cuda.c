@@ -291,6 +291,13 @@ static void check_elementwise(pair p) {
     host_from(p.g, rg, xg, N * DIM);
     host_from(p.c, rc, xc, N * DIM);
     CHECK(rel_err(rg, rc, rc, N * DIM) <= 1e-6, TAG ": add_bias, swiglu, add (error %.2g)", rel_err(rg, rc, rc, N * DIM));
+    p.g->scale(p.g, xg, 0.37f, N * DIM);
+    p.c->scale(p.c, xc, 0.37f, N * DIM);
+    p.g->geglu(p.g, xg, yg, N * DIM);
+    p.c->geglu(p.c, xc, yc, N * DIM);
+    host_from(p.g, rg, xg, N * DIM);
+    host_from(p.c, rc, xc, N * DIM);
+    CHECK(rel_err(rg, rc, rc, N * DIM) <= 1e-6, TAG ": scale, geglu (error %.2g)", rel_err(rg, rc, rc, N * DIM));
     p.g->weight_release(p.g, &wgg);
     p.c->weight_release(p.c, &wgc);
     p.g->free(p.g, xg);
@@ -345,7 +352,7 @@ static void check_rope(pair p, int neox, float mscale) {
     float x[N * H * HD], rg[N * H * HD], rc[N * H * HD], inv[HD / 2];
     for (int i = 0; i < N * H * HD; i++) x[i] = unif();
     for (int k = 0; k < HD / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / HD);
-    kb_attn_shape s = {H, H, HD, neox, inv, mscale};
+    kb_attn_shape s = {H, H, HD, neox, inv, mscale, 0, 0};
     float *xg = dev_from(p.g, x, N * H * HD), *xc = dev_from(p.c, x, N * H * HD);
     p.g->rope(p.g, xg, N, H, &s, 1000);
     p.c->rope(p.c, xc, N, H, &s, 1000);
@@ -361,8 +368,9 @@ static void check_rope(pair p, int neox, float mscale) {
  * short context (a 70-row prompt, then 1-, 3- and 16-row steps), or with
  * LONG a 576-position prompt in chunks of 64 (as the engine sends it) and
  * decode steps, whose attention is split over the positions
- * (flash-decoding) and merged. */
-static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx) {
+ * (flash-decoding) and merged. WINDOW > 0: a sliding window of that many
+ * positions and a score scale of its own (Gemma's local layers). */
+static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int window) {
     enum { H = 4, KVH = 2 };
     int kvd = KVH * hd, ctx = long_ctx ? 640 : 96;
     int steps[32][2], n_steps = 0;
@@ -375,7 +383,7 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx) {
     }
     float inv[512];
     for (int k = 0; k < hd / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / hd);
-    kb_attn_shape s = {H, KVH, hd, 0, inv, 0};
+    kb_attn_shape s = {H, KVH, hd, 0, inv, 0, window ? 0.2f : 0, window};
     size_t kvb = kb_kv_bytes(kt, ctx, kvd);
     kb_kv cg = {p.g->alloc(p.g, kvb), p.g->alloc(p.g, kvb), kt, ctx, kvd, hd};
     kb_kv cc = {p.c->alloc(p.c, kvb), p.c->alloc(p.c, kvb), kt, ctx, kvd, hd};
@@ -411,8 +419,8 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx) {
         host_from(p.c, rc, oc, nq);
         double e = rel_err(rg, rc, rc, nq);
         if (!long_ctx || e > 1e-5)
-            CHECK(e <= 1e-5, TAG ": attention (KV %s, head size %d) %d queries at %d (error %.2g)",
-                  kt == KB_KV_F16 ? "F16" : "F32", hd, n, pos0, e);
+            CHECK(e <= 1e-5, TAG ": attention (KV %s, head size %d, window %d) %d queries at %d (error %.2g)",
+                  kt == KB_KV_F16 ? "F16" : "F32", hd, window, n, pos0, e);
         worst = e > worst ? e : worst;
         ok = e <= 1e-5;
     next:
@@ -431,9 +439,9 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx) {
         free(rc);
     }
     if (long_ctx && ok)
-        CHECK(1, TAG ": attention (KV %s, head size %d) over 580 positions: 9 prompt chunks of 64, 4 split decode "
-                     "steps (worst error %.2g)",
-              kt == KB_KV_F16 ? "F16" : "F32", hd, worst);
+        CHECK(1, TAG ": attention (KV %s, head size %d, window %d) over 580 positions: 9 prompt chunks of 64, 4 split "
+                     "decode steps (worst error %.2g)",
+              kt == KB_KV_F16 ? "F16" : "F32", hd, window, worst);
     p.g->free(p.g, cg.k);
     p.g->free(p.g, cg.v);
     p.c->free(p.c, cc.k);
@@ -790,7 +798,7 @@ static void run_all(kb_backend *g, const char *models) {
                                           GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
                                           GGML_TYPE_Q5_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
         /* rows and widths of the operation checks below, heads up to 128 wide */
-        kb_attn_shape heads = {16, 16, 128, 0, NULL, 0};
+        kb_attn_shape heads = {16, 16, 128, 0, NULL, 0, 0, 0};
         kb_scratch_shape sh = {64, 1024, 128, &heads};
         if (g->reserve(g, &sh) || c->reserve(c, &sh)) CHECK(0, TAG ": reserve");
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
@@ -805,12 +813,14 @@ static void run_all(kb_backend *g, const char *models) {
         check_rope(p, 0, 0);
         check_rope(p, 1, 0);
         check_rope(p, 1, 1.25f); /* YaRN: cos and sin scaled */
-        check_attention(p, KB_KV_F32, 16, 0);
-        check_attention(p, KB_KV_F16, 16, 0);
-        check_attention(p, KB_KV_F32, 64, 0);
-        check_attention(p, KB_KV_F16, 128, 0);
-        check_attention(p, KB_KV_F32, 64, 1);
-        check_attention(p, KB_KV_F16, 128, 1);
+        check_attention(p, KB_KV_F32, 16, 0, 0);
+        check_attention(p, KB_KV_F16, 16, 0, 0);
+        check_attention(p, KB_KV_F32, 64, 0, 0);
+        check_attention(p, KB_KV_F16, 128, 0, 0);
+        check_attention(p, KB_KV_F32, 64, 1, 0);
+        check_attention(p, KB_KV_F16, 128, 1, 0);
+        check_attention(p, KB_KV_F32, 64, 0, 24);
+        check_attention(p, KB_KV_F16, 128, 1, 100);
         void *big = g->alloc(g, (size_t)1 << 62);
         CHECK(big == NULL, TAG ": alloc of 4 EiB returns NULL");
         g->free(g, NULL);

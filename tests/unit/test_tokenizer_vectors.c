@@ -14,7 +14,7 @@
  *    the Llama 3 tokenizer.json into FILE with scripts/model/tokenizer_to_gguf.py):
  *    that vocabulary against the llama3-bpe vectors, plus Llama 3's special
  *    tokens, round trips, load time and encoding speed.
- *  - VOCAB=FILE VECTORS=PREFIX (tests/t_tokenizer_qwen3.py): FILE's vocabulary
+ *  - VOCAB=FILE VECTORS=PREFIX (tests/t_tokenizer_synthetic.py): FILE's vocabulary
  *    against PREFIX.inp / PREFIX.out, texts encoded without special tokens.
  */
 #include <stdint.h>

@@ -64,10 +64,10 @@ CASES = [
                                                   rope_scaling="yarn", rope_orig_ctx=64)),
     ("gemma3 F32, tied head", dict(SMALL, type="F32", layers=3, arch="gemma3", tied=True)),
     ("gemma3 F32, sliding window 6 (every 2nd layer global)", dict(SMALL, type="F32", layers=4, arch="gemma3",
-                                                                   tied=True, window=6, swa_pattern=2)),
+                                                                   window=6, swa_pattern=2)),
     ("gemma3 Q8_0, window 8, the default pattern, linear rope scaling",
-     dict(SMALL, type="Q8_0", layers=7, arch="gemma3", tied=True, window=8, rope_scaling="linear")),
-    ("gemma3 F16, head size 32, window 5", dict(SMALL, type="F16", layers=3, arch="gemma3", tied=True, head_dim=32,
+     dict(SMALL, type="Q8_0", layers=8, arch="gemma3", window=8, rope_scaling="linear")),
+    ("gemma3 F16, head size 32, window 5", dict(SMALL, type="F16", layers=3, arch="gemma3", head_dim=32,
                                                 window=5, swa_pattern=3)),
 ]
 

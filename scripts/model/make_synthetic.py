@@ -379,7 +379,10 @@ def make_model(path, **shape):
 
     # logits = rmsnorm(x) . W_out with W_out ~ N(0, (2/sqrt(dim))^2): std about 2
     out_scale = 2.0 / math.sqrt(dim)
-    embd = matrix("token_embd.weight", vocab, dim, out_scale if s["tied"] else 1.0)
+    # gemma3 multiplies the embedding by sqrt(dim): an untied file's is scaled down by as much, so that the
+    # residual stream starts at std 1 as in the other families
+    embd = matrix("token_embd.weight", vocab, dim,
+                  out_scale if s["tied"] else 1.0 / math.sqrt(dim) if arch == "gemma3" else 1.0)
     norm("output_norm.weight", dim)
     if not s["tied"]:
         matrix("output.weight", vocab, dim, out_scale, scripted_head if script else None)

@@ -305,6 +305,29 @@ static void print_rope(const gguf_file *f, const char *arch) {
     free(type);
 }
 
+/* What the family of F (architecture ARCH) does besides the Llama block:
+ * Gemma's block shape and its sliding-window layers, as engine/model.c
+ * reads them. Prints nothing for the Llama-block families. */
+static void print_block(const gguf_file *f, const char *arch, int n_layers) {
+    const model_arch *fam = arch_find(arch);
+    if (!fam || (!fam->post_norm && !fam->gelu && !fam->embed_scale)) return;
+    printf("block:         %s%s%s\n", fam->embed_scale ? "embedding x sqrt(dim), " : "",
+           fam->post_norm ? "norms after attention and FFN, " : "", fam->gelu ? "GeGLU (tanh GELU)" : "SwiGLU");
+    char key[96];
+    int64_t window = 0, period = fam->swa_period;
+    float base = 10000.0f;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+    if (!fam->swa_period || gguf_kv_get_i64(f, key, &window) != 1 || window <= 0) return;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    gguf_kv_get_i64(f, key, &period);
+    snprintf(key, sizeof key, "%s.rope.freq_base_swa", arch);
+    gguf_kv_get_f32(f, key, &base);
+    int local = 0;
+    for (int l = 0; l < n_layers; l++) local += period == 0 || l % period < period - 1;
+    printf("window:        %lld positions on %d of %d layers (rope base %g there, no scaling)\n", (long long)window,
+           local, n_layers, base);
+}
+
 static int cmd_inspect(const cli_opts *o) {
     char err[512];
     gguf_file *f = gguf_open(o->model, err, sizeof err);
@@ -329,6 +352,7 @@ static int cmd_inspect(const cli_opts *o) {
     printf("attention:     %s%s\n", gguf_tensor_find(f, "blk.0.attn_q.bias") ? "q/k/v biases" : "no q/k/v biases",
            gguf_tensor_find(f, "blk.0.attn_q_norm.weight") ? ", q/k RMSNorm per head before rope" : "");
     print_rope(f, in->arch);
+    print_block(f, in->arch, in->n_layers);
     printf("vocab:         %d\n", in->n_vocab);
     printf("context:       %d (trained %d)\n", in->n_ctx, in->n_ctx_train);
     printf("weights:       %zu bytes in memory\n", in->weight_bytes);

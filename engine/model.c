@@ -240,11 +240,14 @@ static int gemma_setup(model *m, loader *ld) {
     m->logit_softcap = arch_float(ld, m->arch, "final_logit_softcapping", 0.0f);
     if (fam->embed_scale) /* Gemma's query_pre_attn_scalar: dim / heads for the 62-layer 27B, else the head size */
         m->attn.scale = 1.0f / sqrtf((float)(m->n_layers == 62 ? m->dim / m->n_heads : m->head_dim));
-    int window = 0, period = fam->swa_period;
-    if (!fam->swa_period || arch_int(ld, m->arch, "attention.sliding_window", 0, &window)) return fam->swa_period ? -1 : 0;
-    if (!window) return 0;
+    if (!fam->swa_period) return 0;
     char key[128];
-    int64_t v;
+    int64_t v = 0;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch);
+    if (gguf_kv_get_i64(ld->f, key, &v) < 0 || v < 0 || v > (1 << 24))
+        return load_fail(ld, "metadata '%s' must be an integer from 0 (no window) to %d", key, 1 << 24);
+    int window = (int)v, period = fam->swa_period;
+    if (!window) return 0;
     snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
     if (gguf_kv_get_i64(ld->f, key, &v) == 1) { /* an array (per-layer flags) is ignored, as llama.cpp does */
         if (v < 0 || v > m->n_layers) return load_fail(ld, "metadata '%s' = %lld is out of range", key, (long long)v);

@@ -90,6 +90,14 @@ def families():
                          extra_kv={"llama.rope.scaling.type": "longrope"})
     expect_model_refused("YaRN with DeepSeek's yarn_log_multiplier", "yarn_log_multiplier", arch="qwen3",
                          rope_scaling="yarn", extra_kv={"qwen3.rope.scaling.yarn_log_multiplier": 0.1})
+    expect_model_refused("gemma3 without a layer's post_ffw_norm", "missing tensor 'blk.1.post_ffw_norm.weight'",
+                         arch="gemma3", drop=("blk.1.post_ffw_norm.weight",))
+    expect_model_refused("gemma3 without its Q/K norms", "missing tensor 'blk.0.attn_q_norm.weight'",
+                         arch="gemma3", drop=("blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"))
+    expect_model_refused("gemma3 with a window pattern longer than the model", "sliding_window_pattern",
+                         arch="gemma3", window=4, swa_pattern=9)
+    expect_model_refused("gemma3 with a window that is not an integer", "gemma3.attention.sliding_window",
+                         arch="gemma3", extra_kv={"gemma3.attention.sliding_window": "wide"})
     expect_model_refused("key and value heads of different sizes", "different sizes",
                          extra_kv={"llama.attention.value_length": 8})
 

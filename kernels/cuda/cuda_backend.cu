@@ -322,6 +322,7 @@ KGLOBAL void k_attn(const float *__restrict__ q, const void *__restrict__ kc, co
     size_t kvoff = (size_t)(h / group) * hd;
     int pmax = pos0 + i0 + nq - 1;
     int pbeg = s * split_len, pend = pbeg + split_len < pmax + 1 ? pbeg + split_len : pmax + 1;
+    if (window > 0 && pbeg < pos0 + i0 - window + 1) pbeg = pos0 + i0 - window + 1; /* before the first row's window */
     float *Q = sm, *K = Q + qt * hd, *V = K + tile * (hd + 1), *P = V + tile * hd, *O = P + qt * tile;
     float *M = O + qt * hd, *L = M + qt, *A = L + qt;
     for (int idx = tid; idx < nq * hd; idx += nthr) {

@@ -134,7 +134,8 @@ static int scratch_replace(kb_backend *kb, void **p, size_t bytes) {
 /* Grows every scratch buffer to what requests of shape S need: per thread a
  * dequantized row (max_width), a float prefill matmul's transposed
  * activation (more than 4 rows), or the attention scores of one KV head's
- * query group (n_ctx * group); the quantized activation of max_rows rows;
+ * query group (n_ctx * group); the quantized (or, for BF16 weights,
+ * rounded) activation of max_rows rows;
  * RoPE's cos/sin of one position. */
 static int cpu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     cpu_impl *c = impl_of(kb);
@@ -146,6 +147,8 @@ static int cpu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
         if (scratch_replace(kb, (void **)&c->scratch[i], need * sizeof(float))) goto oom;
     if (need > c->scratch_len) c->scratch_len = need;
     size_t act = act_size((size_t)s->max_rows, ((size_t)s->max_width + CPU_QK - 1) / CPU_QK * CPU_QK, NULL, NULL);
+    if (act < (size_t)s->max_rows * (size_t)s->max_width * sizeof(float)) /* a BF16 weight's rounded input */
+        act = (size_t)s->max_rows * (size_t)s->max_width * sizeof(float);
     if (act > c->act_bytes) {
         if (scratch_replace(kb, &c->act_mem, act)) goto oom;
         c->act_bytes = act;
@@ -324,6 +327,26 @@ static void quant_rows(void *ctx, size_t b, size_t e, int ith) {
 
 /* Points A at room for n tokens of COLS in c->act_mem; 0, or -1 when the
  * reserved room is too small. */
+/* Rows [b, e) of a BF16 rounding job: each value of x rounded to BF16 (to
+ * nearest, ties to even; a NaN stays a NaN), written to out as a float. */
+typedef struct {
+    const float *x;
+    float *out;
+    size_t cols;
+} bf16_job;
+
+static void bf16_rows(void *ctx, size_t b, size_t e, int ith) {
+    (void)ith;
+    bf16_job *j = ctx;
+    for (size_t i = b * j->cols; i < e * j->cols; i++) {
+        uint32_t u;
+        memcpy(&u, &j->x[i], 4);
+        u = (u & 0x7FFFFFFFu) > 0x7F800000u ? (u | 0x00400000u) & 0xFFFF0000u
+                                            : (u + 0x7FFFu + ((u >> 16) & 1)) & 0xFFFF0000u;
+        memcpy(&j->out[i], &u, 4);
+    }
+}
+
 static int act_prepare(cpu_impl *c, act_q8 *a, int n, int cols) {
     size_t nb = (size_t)cols / CPU_QK, qs, fl;
     if (act_size((size_t)n, (size_t)cols, &qs, &fl) > c->act_bytes) return -1;
@@ -353,6 +376,18 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
     j.row_bytes = ggml_row_bytes(w->type, (uint64_t)w->cols);
     size_t items;
     j.fmm = float_kernel(c->k, w->type);
+    if (j.fmm && w->type == GGML_TYPE_BF16) { /* the input rounded to BF16, as llama.cpp multiplies BF16 weights */
+        if ((size_t)n * w->cols * sizeof(float) > c->act_bytes) {
+            kb_fail(kb, "matmul: %d rows of %d are more than the scratch reserved", n, w->cols);
+            return;
+        }
+        bf16_job r = {x, (float *)c->act_mem, (size_t)w->cols};
+        if ((double)n * w->cols * 64 >= CPU_SERIAL_MACS)
+            tp_run(c->pool, bf16_rows, &r, (size_t)n, 1);
+        else
+            bf16_rows(&r, 0, (size_t)n, 0);
+        j.x = r.out;
+    }
     if (j.fmm) {
         items = ((size_t)w->rows + 3) / 4;
     } else {

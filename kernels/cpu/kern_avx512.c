@@ -284,9 +284,125 @@ static T512 void mm_f16(const void *w, size_t rb, int rows, const float *x, int 
                         int ldo, float *tmp) {
     mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
+/* ---- BF16 weights by vdpbf16ps (AVX512-BF16), prompts ---- */
+
+#define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,fma,f16c,avx2,bmi2")))
+static int has_bf16_dot; /* set by cpu_kern_avx512() */
+
+/* R rows (R = 6, 4 or 1) from W (row i at W + i RB) over the column pairs
+ * [K2A, K2B) against the pair-transposed activation XP (pairs x ldt
+ * tokens, each a dword of two BF16) of NV vectors of 16 tokens, added into
+ * ACC (R rows of ldt floats; FIRST: set instead). Each vdpbf16ps adds 16
+ * tokens x 2 columns; the weight pair is broadcast as it lies in the row. */
+static AI T512BF void bf16_tile(int R, int nv, const uint8_t *w, size_t rb, int cols, int k2a, int k2b,
+                                const uint32_t *xp, int ldt, float *acc, int first) {
+    __m512 a[6][4];
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < nv; v++) a[i][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (size_t)i * ldt + 16 * v);
+    int cols2 = cols / 2;
+    for (int k2 = k2a; k2 < k2b; k2++) {
+        __m512i xv[4];
+        for (int v = 0; v < nv; v++) xv[v] = _mm512_load_si512((const void *)(xp + (size_t)k2 * ldt + 16 * v));
+        for (int i = 0; i < R; i++) {
+            uint32_t pair = 0;
+            if (k2 < cols2) memcpy(&pair, w + (size_t)i * rb + (size_t)k2 * 4, 4);
+            else memcpy(&pair, w + (size_t)i * rb + (size_t)k2 * 4, 2); /* an odd last column: high half zero */
+            __m512bh wb = (__m512bh)_mm512_set1_epi32((int)pair);
+            for (int v = 0; v < nv; v++) a[i][v] = _mm512_dpbf16_ps(a[i][v], wb, (__m512bh)xv[v]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < nv; v++) _mm512_store_ps(acc + (size_t)i * ldt + 16 * v, a[i][v]);
+}
+
+static AI __mmask16 mask16(int k) { return (__mmask16)(k >= 16 ? 0xFFFF : k <= 0 ? 0 : (1u << k) - 1); }
+
+/* XP[k2*ldt + t] = the BF16 pair (x[t][2 k2], x[t][2 k2 + 1]) as one dword
+ * (an odd last column paired with zero) for t < NT, zeros up to LDT: 32
+ * columns of 16 tokens packed (exact: the values are BF16 already), then
+ * transposed as a 16 x 16 block of dwords. */
+static AI T512BF void bf16_pairs_transposed(const float *x, int ldx, int nt, int cols, uint32_t *xp, int ldt) {
+    uint32_t blk[16 * 16] __attribute__((aligned(64)));
+    int pairs = (cols + 1) / 2;
+    for (int tv = 0; tv < ldt; tv += 16) {
+        int nrow = nt - tv < 16 ? nt - tv : 16;
+        for (int k2 = 0; k2 < pairs; k2 += 16) {
+            int c0 = 2 * k2, cn = cols - c0;
+            for (int i = 0; i < nrow; i++) {
+                const float *row = x + (size_t)(tv + i) * ldx + c0;
+                __m512 lo = _mm512_maskz_loadu_ps(mask16(cn), row), hi = _mm512_maskz_loadu_ps(mask16(cn - 16), row + 16);
+                _mm512_store_si512((void *)(blk + 16 * i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            }
+            transpose16((const float *)blk, 16, nrow, pairs - k2 < 16 ? pairs - k2 : 16, (float *)(xp + (size_t)k2 * ldt + tv),
+                        (size_t)ldt);
+        }
+    }
+}
+
+#define BF16_SG 64  /* rows whose sums stay in the accumulator buffer */
+#define BF16_KB 64  /* column pairs per block: 16 KB of the activation for 64 tokens, in L1 */
+
+/* BF16 weights against n > KB_EXACT_ROWS tokens whose activations are
+ * BF16 values held in floats (the backend rounds them: cpu_backend.c), 64
+ * tokens at a time: the activation pair-transposed once, then super-groups
+ * of BF16_SG rows over blocks of BF16_KB column pairs. XP:
+ * CPU_MM_TMP_FLOATS(cols) floats of scratch (pairs x 64 tokens, then the
+ * accumulators, BF16_SG x 64). The products are exact in F32, so this
+ * differs from the F32 kernels only in the order of the sums. */
+static T512BF void mm_bf16_dot(const uint8_t *w, size_t rb, int rows, const float *x, int ldx, int n, int cols,
+                               float *out, int ldo, uint32_t *xp) {
+    int pairs = (cols + 1) / 2;
+    float *acc = (float *)(xp + (size_t)pairs * 64);
+    for (int t0 = 0; t0 < n; t0 += 64) {
+        int nt = n - t0 < 64 ? n - t0 : 64, nv = (nt + 15) / 16, ldt = nv * 16;
+        bf16_pairs_transposed(x + (size_t)t0 * ldx, ldx, nt, cols, xp, ldt);
+        for (int s0 = 0; s0 < rows; s0 += BF16_SG) {
+            int ns = rows - s0 < BF16_SG ? rows - s0 : BF16_SG;
+            for (int k2 = 0; k2 < pairs; k2 += BF16_KB) {
+                int k2b = pairs - k2 < BF16_KB ? pairs : k2 + BF16_KB;
+                for (int r = 0; r < ns;) { /* constant tile shapes: the accumulators stay in registers */
+                    int R = ns - r >= 6 ? 6 : ns - r >= 4 ? 4 : 1;
+                    const uint8_t *wr = w + (size_t)(s0 + r) * rb;
+                    float *ac = acc + (size_t)r * ldt;
+#define BF16_TILE(RR, NV) bf16_tile(RR, NV, wr, rb, cols, k2, k2b, xp, ldt, ac, k2 == 0)
+                    if (R == 6) {
+                        switch (nv) {
+                        case 1: BF16_TILE(6, 1); break;
+                        case 2: BF16_TILE(6, 2); break;
+                        case 3: BF16_TILE(6, 3); break;
+                        default: BF16_TILE(6, 4); break;
+                        }
+                    } else if (R == 4) {
+                        switch (nv) {
+                        case 1: BF16_TILE(4, 1); break;
+                        case 2: BF16_TILE(4, 2); break;
+                        case 3: BF16_TILE(4, 3); break;
+                        default: BF16_TILE(4, 4); break;
+                        }
+                    } else {
+                        switch (nv) {
+                        case 1: BF16_TILE(1, 1); break;
+                        case 2: BF16_TILE(1, 2); break;
+                        case 3: BF16_TILE(1, 3); break;
+                        default: BF16_TILE(1, 4); break;
+                        }
+                    }
+#undef BF16_TILE
+                    r += R;
+                }
+            }
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < ns; r++) out[(size_t)(t0 + t) * ldo + s0 + r] = acc[(size_t)r * ldt + t];
+        }
+    }
+}
+
 static T512 void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
                          int ldo, float *tmp) {
-    mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
+    if (has_bf16_dot && n > KB_EXACT_ROWS && tmp)
+        mm_bf16_dot(w, rb, rows, x, ldx, n, cols, out, ldo, (uint32_t *)tmp);
+    else
+        mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
 
 /* ---- quantized weights, repacked in groups of 16 rows ---- */
@@ -822,8 +938,10 @@ const cpu_kern *cpu_kern_avx512(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2")) {
+        has_bf16_dot = __builtin_cpu_supports("avx512bf16") && !getenv("ILPD_CPU_NO_BF16");
         return &kern;
+    }
     return NULL;
 }
 

@@ -154,6 +154,10 @@ KUNROLL
                 if (t < n) {
                     const float4 *xb = reinterpret_cast<const float4 *>(x + (size_t)t * cols) + 2 * v;
                     float4 b0 = xb[0], b1 = xb[1];
+                    if (T == WT_BF16) { /* a BF16 weight multiplies its input rounded to BF16 */
+                        b0.x = bf16_round(b0.x), b0.y = bf16_round(b0.y), b0.z = bf16_round(b0.z), b0.w = bf16_round(b0.w);
+                        b1.x = bf16_round(b1.x), b1.y = bf16_round(b1.y), b1.z = bf16_round(b1.z), b1.w = bf16_round(b1.w);
+                    }
                     acc[t] += f[0] * b0.x + f[1] * b0.y + f[2] * b0.z + f[3] * b0.w + f[4] * b1.x + f[5] * b1.y +
                               f[6] * b1.z + f[7] * b1.w;
                 }
@@ -165,7 +169,7 @@ KUNROLL
             float a = dq_elem(T, row, k);
 KUNROLL
             for (int t = 0; t < NT; t++)
-                if (t < n) acc[t] += a * x[(size_t)t * cols + k];
+                if (t < n) acc[t] += a * (T == WT_BF16 ? bf16_round(x[(size_t)t * cols + k]) : x[(size_t)t * cols + k]);
         }
     }
 KUNROLL
@@ -184,7 +188,10 @@ KGLOBAL void k_mv_ref(int type, const uint8_t *__restrict__ w, size_t row_bytes,
     const uint8_t *row = w + (size_t)r * row_bytes;
     for (int t = 0; t < n; t++) {
         float acc = 0.0f;
-        for (int k = lane; k < cols; k += 32) acc += dq_elem(type, row, k) * x[(size_t)t * cols + k];
+        for (int k = lane; k < cols; k += 32) {
+            float xv = x[(size_t)t * cols + k];
+            acc += dq_elem(type, row, k) * (type == WT_BF16 ? bf16_round(xv) : xv);
+        }
         acc = warp_sum(acc);
         if (lane == 0) out[(size_t)t * ldo + r] = acc;
     }
@@ -220,9 +227,11 @@ KGLOBAL void k_dequant_f16(const uint8_t *__restrict__ w, size_t row_bytes, int 
     }
 }
 
-KGLOBAL void k_f32_to_f16(const float *__restrict__ x, size_t count, uint16_t *__restrict__ y) {
+/* Y = X in F16 (BF16: rounded to BF16 first, for a BF16 weight). */
+KGLOBAL void k_f32_to_f16(const float *__restrict__ x, size_t count, int bf16, uint16_t *__restrict__ y) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) y[i] = f2h(x[i]);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
+        y[i] = f2h(bf16 ? bf16_round(x[i]) : x[i]);
 }
 
 KGLOBAL void k_embed(int type, const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
@@ -961,7 +970,8 @@ static int matmul_gemm(cu_impl *c, float *out, const kb_weight *w, const float *
     if (c->x16.cap < xe * 2) return -1;
     if (w->type != GGML_TYPE_F16 && c->w16.cap < (size_t)cols * 2) return -1;
     uint16_t *x16 = static_cast<uint16_t *>(c->x16.p);
-    launch(c, "to_f16", k_f32_to_f16, dim3(grid_for(c, xe, EW_THREADS)), dim3(EW_THREADS), 0, x, xe, x16);
+    launch(c, "to_f16", k_f32_to_f16, dim3(grid_for(c, xe, EW_THREADS)), dim3(EW_THREADS), 0, x, xe,
+           (int)(w->type == GGML_TYPE_BF16), x16);
     if (w->type == GGML_TYPE_F16)
         return blas_hgemm(c, rows, n, cols, static_cast<const uint16_t *>(w->dev), cols, x16, cols, out, rows);
     int tile = (int)(c->w16.cap / ((size_t)cols * 2));

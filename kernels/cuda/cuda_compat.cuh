@@ -12,7 +12,7 @@
  * Kernels use: threadIdx/blockIdx/blockDim/gridDim (x, y, z), SMEM (static
  * shared arrays), DYN_SMEM (the dynamic shared buffer), sync_block(),
  * warp_sum/warp_max (butterfly shuffles over a whole warp: every lane of the
- * warp must call them), dp4a, f2i_rn, h2f/f2h/bf2f and the KGLOBAL/KDEV/KHD
+ * warp must call them), dp4a, f2i_rn, h2f/f2h/bf2f/bf16_round and the KGLOBAL/KDEV/KHD
  * qualifiers. Everything else is plain C++ arithmetic.
  */
 #ifndef ILPD_CUDA_COMPAT_CUH
@@ -161,6 +161,25 @@ KHD float bf2f(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
     memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
+/* F rounded to BF16 (to nearest, ties to even; a NaN stays a NaN), as a
+ * float: what a BF16 weight multiplies (llama.cpp's semantics; the CPU
+ * backend does the same). */
+KHD float bf16_round(float f) {
+#ifdef __CUDA_ARCH__
+    uint32_t u = __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+#endif
+    u = (u & 0x7FFFFFFFu) > 0x7F800000u ? (u | 0x00400000u) & 0xFFFF0000u : (u + 0x7FFFu + ((u >> 16) & 1)) & 0xFFFF0000u;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    memcpy(&f, &u, 4);
     return f;
 #endif
 }

@@ -6,7 +6,8 @@ them, then all arithmetic runs in float64, so the only approximation against
 an ideal implementation is the weight format itself, with one rule that
 llama.cpp and ilpd share: a matmul with a quantized weight (Q8_0, Q4_0, Q4_1,
 Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) multiplies the weight by its input quantized to int8 blocks of 32
-(float32 d = max|x| / 127, q = round-half-even(x * (1/d)), input = q * d).
+(float32 d = max|x| / 127, q = round-half-even(x * (1/d)), input = q * d), and a matmul with
+a BF16 weight multiplies it by its input rounded to BF16 (to nearest, ties to even).
 
 Model semantics (as llama.cpp defines them for these architectures):
   x = token_embd[token]
@@ -73,6 +74,13 @@ def quantize_activation(h):
     q = np.rint(scaled)
     tie = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5).reshape(len(h), -1).min(axis=1)
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(h.shape), tie
+
+
+def round_bf16(h):
+    """Return h as float32 rounded to BF16 (to nearest, ties to even), float64."""
+    u = h.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return u.view(np.float32).astype(np.float64)
 
 
 class Model:
@@ -159,8 +167,11 @@ class Model:
         return out
 
     def _linear(self, h, name):
-        """Return h @ W.T (+ bias when the file has one), float64; h quantized first for a quantized W."""
-        if self.gguf.tensors[name + ".weight"][0] in QUANTIZED:
+        """Return h @ W.T (+ bias when the file has one), float64; h quantized first for a quantized W,
+        rounded to BF16 for a BF16 W."""
+        if self.gguf.tensors[name + ".weight"][0] == ilpd_gguf.BF16:
+            h = round_bf16(h)
+        elif self.gguf.tensors[name + ".weight"][0] in QUANTIZED:
             h, tie = quantize_activation(h)
             self.tie = np.minimum(self.tie, tie)
         y = h @ self.weight(name + ".weight").T.astype(np.float64)

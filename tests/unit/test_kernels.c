@@ -31,6 +31,13 @@ static uint16_t to_bf16(float f) {
     return (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
 }
 
+/* F rounded to BF16 and back: how the backend hands activations to BF16 kernels. */
+static float bf16_round(float f) {
+    uint32_t b = (uint32_t)to_bf16(f) << 16;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
 /* Random weight of ROWS x COLS in type T (valid blocks, scales ~ 1/64). */
 static uint8_t *make_weight(ggml_type t, int rows, int cols) {
     size_t rb = ggml_row_bytes(t, (uint64_t)cols), n = rb * rows;
@@ -96,7 +103,7 @@ static void test_float_mm(const isa *I) {
                 uint8_t *w = make_weight(t, rows, cols);
                 float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
                 float *row = malloc(sizeof(float) * cols);
-                for (int i = 0; i < cols * n; i++) x[i] = frand();
+                for (int i = 0; i < cols * n; i++) x[i] = t == GGML_TYPE_BF16 ? bf16_round(frand()) : frand();
                 size_t rb = ggml_row_bytes(t, (uint64_t)cols);
                 /* with the prefill scratch (the transposed-activation kernel) and without (register tiles) */
                 for (int with_tmp = 0; with_tmp < 2; with_tmp++) {
@@ -489,13 +496,17 @@ static void test_backend(void) {
         CHECK(kb->reserve(kb, &sh) == 0, "reserve the scratch of %d rows of %d", n, cols);
         int up = kb->weight_upload(kb, &kw);
         float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows), *emb = malloc(sizeof(float) * cols);
-        for (int i = 0; i < n * cols; i++) x[i] = frand();
+        float *xr = malloc(sizeof(float) * n * cols); /* what a BF16 weight multiplies: x rounded to BF16 */
+        for (int i = 0; i < n * cols; i++) {
+            x[i] = frand();
+            xr[i] = t == GGML_TYPE_BF16 ? bf16_round(x[i]) : x[i];
+        }
         double worst = 0, embed_err = 0;
         for (int nn = 1; nn <= n; nn += n - 1) {
             kb->matmul(kb, out, &kw, x, nn);
             for (int j = 0; j < nn; j++)
                 for (int r = 0; r < rows; r++) {
-                    double mag, want = ref_dot(deq + (size_t)r * cols, x + (size_t)j * cols, cols, &mag);
+                    double mag, want = ref_dot(deq + (size_t)r * cols, xr + (size_t)j * cols, cols, &mag);
                     worst = fmax(worst, fabs(out[j * rows + r] - want) / mag);
                 }
         }
@@ -507,11 +518,13 @@ static void test_backend(void) {
         /* activation quantization: error <= 1/254 of each block's max, relative to sum |w x| well under 1% */
         double tol = quant ? 1e-2 : 1e-5;
         CHECK(up == 0 && worst < tol && embed_err == 0,
-              "backend %s matmul (40 rows, 1 and 6 tokens, %s) and embed (worst relative error %.2g, embed %.2g)",
+              "backend %s matmul (40 rows, 1 and 6 tokens, %s; BF16: of the input rounded to BF16) and embed (worst "
+              "relative error %.2g, embed %.2g)",
               ggml_type_name(t), kw.dev ? "repacked, 8 tail rows" : "file layout", worst, embed_err);
         free(w);
         free(deq);
         free(x);
+        free(xr);
         free(out);
         free(emb);
     }

@@ -77,10 +77,12 @@ def quantize_activation(h):
 
 
 def round_bf16(h):
-    """Return h as float32 rounded to BF16 (to nearest, ties to even), float64."""
+    """Return (h [n, cols] as float32 rounded to BF16 (to nearest, ties to even), float64; per row, the
+    smallest distance of a value from a rounding tie, in units of its BF16 step)."""
     u = h.astype(np.float32).view(np.uint32).astype(np.uint64)
+    tie = np.abs((u & 0xFFFF) / 65536.0 - 0.5).reshape(len(h), -1).min(axis=1)
     u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    return u.view(np.float32).astype(np.float64)
+    return u.view(np.float32).astype(np.float64), tie
 
 
 class Model:
@@ -170,7 +172,8 @@ class Model:
         """Return h @ W.T (+ bias when the file has one), float64; h quantized first for a quantized W,
         rounded to BF16 for a BF16 W."""
         if self.gguf.tensors[name + ".weight"][0] == ilpd_gguf.BF16:
-            h = round_bf16(h)
+            h, tie = round_bf16(h)
+            self.tie = np.minimum(self.tie, tie)
         elif self.gguf.tensors[name + ".weight"][0] in QUANTIZED:
             h, tie = quantize_activation(h)
             self.tie = np.minimum(self.tie, tie)

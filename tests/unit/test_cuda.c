@@ -37,7 +37,7 @@
  *                                          1/254 of its block's max, as the
  *                                          CPU's own int8 paths do)
  *   logits                          2e-3 x max|logit| for float models,
- *                                   5e-2 for quantised ones (model_check())
+ *                                   5e-2 for quantised and BF16 ones (model_check())
  */
 #include <math.h>
 #include <stdint.h>
@@ -144,6 +144,15 @@ static float maxabs(const float *a, size_t n) {
 }
 
 /* max |a - b| / max |ref|; NaN anywhere gives infinity. */
+/* F rounded to BF16 (to nearest, ties to even), as a float. */
+static float bf16_rounded(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1)) & 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static double rel_err(const float *a, const float *b, const float *ref, size_t n) {
     double d = 0, m = maxabs(ref, n);
     for (size_t i = 0; i < n; i++) {
@@ -188,7 +197,9 @@ static void check_matmul(pair p, ggml_type t, int rows, int cols) {
         for (int tk = 0; tk < n; tk++)
             for (int r = 0; r < rows; r++) {
                 double s = 0;
-                for (int k = 0; k < cols; k++) s += (double)deq[(size_t)r * cols + k] * x[(size_t)tk * cols + k];
+                for (int k = 0; k < cols; k++) /* a BF16 weight multiplies its input rounded to BF16 */
+                    s += (double)deq[(size_t)r * cols + k] *
+                         (t == GGML_TYPE_BF16 ? bf16_rounded(x[(size_t)tk * cols + k]) : x[(size_t)tk * cols + k]);
                 ref[(size_t)tk * rows + r] = (float)s;
             }
         float *xg = dev_from(p.g, x, (size_t)n * cols), *xc = dev_from(p.c, x, (size_t)n * cols);
@@ -649,7 +660,7 @@ static void kv_check(pair p, loaded_model *mg, const uint8_t *mask, const char *
 
 /* Logits on both backends: tolerance 2e-3 x max|logit| for float models
  * (F16 activations in the cuBLAS prompt path; float everywhere else), 5e-2
- * for quantised ones (int8 activations on both sides in decode, but F16
+ * for quantised ones and BF16 (whose input is rounded to BF16) (int8 activations on both sides in decode, but F16
  * dequantised weights in the cuBLAS prompt path against the CPU's int8
  * products, through every layer). Greedy choices must agree during decode. */
 static void model_check(pair p, const char *path, int greedy_too) {
@@ -663,7 +674,7 @@ static void model_check(pair p, const char *path, int greedy_too) {
     int quant = 0;
     for (int l = 0; l < m->n_layers; l++) {
         ggml_type t = m->layers[l].w_up.type;
-        if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) quant = 1;
+        if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16) quant = 1; /* BF16: its rounded input has ties like int8's */
     }
     double tol = quant ? 5e-2 : 2e-3;
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;

@@ -9,6 +9,7 @@ static const model_arch ARCHS[] = {
     {.name = "qwen3", .neox = 1, .qkv_bias = ARCH_OPTIONAL, .qk_norm = ARCH_REQUIRED},
     {.name = "gemma3", .neox = 1, .qkv_bias = ARCH_ABSENT, .qk_norm = ARCH_REQUIRED, .post_norm = ARCH_REQUIRED,
      .gelu = 1, .embed_scale = 1, .swa_period = 6},
+    {.name = "phi3", .neox = 1, .qkv_bias = ARCH_ABSENT, .qk_norm = ARCH_ABSENT, .fused = 1},
 };
 
 const model_arch *arch_find(const char *name) {
@@ -17,4 +18,4 @@ const model_arch *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_names(void) { return "llama, qwen2, qwen3, gemma3"; }
+const char *arch_names(void) { return "llama, qwen2, qwen3, gemma3, phi3"; }

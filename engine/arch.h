@@ -27,6 +27,12 @@
  *          only that many positions and uses rope.freq_base_swa (10000)
  *          without the rope scaling the global layers have; an optional
  *          final_logit_softcapping caps the logits (c tanh(x / c))
+ *   phi3   Phi-3, Phi-3.5 mini: the Llama block with fused tensors
+ *          (blk.N.attn_qkv: Q, K and V rows; ffn_up: gate rows, then up rows,
+ *          no ffn_gate), split into row ranges at load; NEOX rope; LongRoPE
+ *          (rope_factors_short/long.weight divide the frequencies, long when
+ *          the served context exceeds rope.scaling.original_context_length,
+ *          rope.scaling.attn_factor scales the rotation)
  */
 #ifndef ILPD_ARCH_H
 #define ILPD_ARCH_H
@@ -46,6 +52,7 @@ typedef struct {
     int gelu;              /* FFN gate activation: 1 GELU (tanh form; GeGLU), 0 SiLU (SwiGLU) */
     int embed_scale;       /* 1: the embedding is multiplied by sqrt(embedding_length) */
     int swa_period;        /* > 0: the family may have sliding-window layers, all but every this-many-th */
+    int fused;             /* 1: attn_qkv and a gate-up ffn_up may stand for the separate tensors (phi3) */
 } model_arch;
 
 /* The family named NAME, or NULL when unsupported. */

@@ -33,6 +33,9 @@
  *          turn's content (system block included) and each answer is
  *          stripped, as the template's .strip() does. The first BOS is the
  *          tokenizer's, so it is not rendered.
+ *  phi3    zephyr's form with <|end|> ending each turn (Phi-3 and Phi-3.5
+ *          mini: [<|system|>\nS<|end|>\n]<|user|>\nU<|end|>\n<|assistant|>\n);
+ *          Phi-4-mini's form without the newlines is not this family
  *  gemma   <start_of_turn>user\n[S\n\n]U<end_of_turn>\n<start_of_turn>model\nA
  *          <end_of_turn>\n ... <start_of_turn>model\n
  *          (Gemma 3's template: no system turn, the system prompt and a
@@ -87,7 +90,7 @@
  *          a result: <tool_response>\nTEXT\n</tool_response>, inside the
  *          user turn, which gives exactly Qwen2.5's text (its default "You are
  *          Qwen..." system text is not added when S is empty).
- *  zephyr, llama2, gemma, plain: no tool convention of their own, so the Hermes
+ *  zephyr, phi3, llama2, gemma, plain: no tool convention of their own, so the Hermes
  *          text above is used: the tool block joins the system prompt, calls
  *          and results are the same tags inside the turns' text.
  * A result with is_error is "Error: " + TEXT.
@@ -100,7 +103,7 @@
 #include <string.h>
 
 static const char *const family_names[CHAT_FAMILY_COUNT] = {"plain",  "llama2", "llama3", "chatml",
-                                                            "zephyr", "qwen3",  "gemma"};
+                                                            "zephyr", "qwen3",  "gemma", "phi3"};
 
 /* Returns the family whose marker T contains (checked in this order), else PLAIN. */
 chat_family chat_family_detect(const char *t) {
@@ -108,7 +111,7 @@ chat_family chat_family_detect(const char *t) {
     if (strstr(t, "<|start_header_id|>")) return CHAT_FAMILY_LLAMA3;
     if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? CHAT_FAMILY_QWEN3 : CHAT_FAMILY_CHATML;
     if (strstr(t, "<start_of_turn>")) return CHAT_FAMILY_GEMMA;
-    if (strstr(t, "<|user|>")) return CHAT_FAMILY_ZEPHYR;
+    if (strstr(t, "<|user|>")) return strstr(t, "<|end|>") ? CHAT_FAMILY_PHI3 : CHAT_FAMILY_ZEPHYR;
     if (strstr(t, "[INST]")) return CHAT_FAMILY_LLAMA2;
     return CHAT_FAMILY_PLAIN;
 }
@@ -473,7 +476,7 @@ static void turn_headers(chat_buf *b, chat_family f, const char *eos, const char
     }
 }
 
-/* Renders the header-based families (llama3, chatml, qwen3, zephyr) into B;
+/* Renders the header-based families (llama3, chatml, qwen3, zephyr, phi3) into B;
  * SYS is the system content (already trimmed for llama3), or NULL for no
  * system turn; THINKING as chat_render's. */
 static void render_headers(chat_buf *b, chat_family f, const char *eos, const char *sys, const turn *m, int n,
@@ -609,6 +612,7 @@ char *chat_render(chat_family f, const char *bos_text, const char *eos_text, con
     case CHAT_FAMILY_CHATML:
     case CHAT_FAMILY_QWEN3:
     case CHAT_FAMILY_ZEPHYR: render_headers(&b, f, eos, s, m, n_m, thinking); break;
+    case CHAT_FAMILY_PHI3: render_headers(&b, f, "<|end|>", s, m, n_m, thinking); break;
     case CHAT_FAMILY_GEMMA: render_gemma(&b, s, m, n_m); break;
     default: render_plain(&b, s, m, n_m); break;
     }

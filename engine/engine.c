@@ -241,6 +241,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->n_layers = m->n_layers;
     in->n_ctx_train = m->n_ctx_train;
     in->n_ctx = context_size(p, m, e->kv_type);
+    model_set_context(&e->model, in->n_ctx); /* LongRoPE picks its factors by the context served */
     in->n_vocab = m->n_vocab;
     in->dim = m->dim;
     in->n_heads = m->n_heads;

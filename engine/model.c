@@ -98,7 +98,63 @@ static int find_weight(loader *ld, const char *name, int cols, int rows, int opt
 typedef struct {
     kb_weight *w;
     const gguf_tensor *t;
+    size_t off;           /* where W's bytes start in T's (a row range of a fused tensor) */
 } weight_ref;
+
+/* Rows [R0, R0 + ROWS) of the 2-D tensor T (COLS wide) as the weight W,
+ * added to REFS: the pieces of a fused tensor (Phi-3's attn_qkv and
+ * gate-up ffn_up). */
+static void weight_rows(const gguf_tensor *t, int cols, int r0, int rows, kb_weight *w, weight_ref *refs,
+                        int *n_refs) {
+    size_t rb = ggml_row_bytes(t->type, (uint64_t)cols);
+    memset(w, 0, sizeof *w);
+    w->type = t->type;
+    w->cols = cols;
+    w->rows = rows;
+    w->nbytes = rb * (size_t)rows;
+    refs[(*n_refs)++] = (weight_ref){w, t, rb * (size_t)r0};
+}
+
+/* Layer L's fused tensors, when the family allows them and the file has
+ * them: blk.L.attn_qkv.weight ([dim] x [q_dim + 2 kv_dim]: Q, K, V rows) and
+ * an ffn_up.weight of 2 ffn_dim rows without ffn_gate (gate rows, then up
+ * rows: llama.cpp's SwiGLU of the two halves). Sets *QKV / *UP when taken.
+ * Returns 0 or -1 (a fused tensor of the wrong shape). */
+static int fused_weights(loader *ld, const model *m, int l, model_layer *L, weight_ref *refs, int *n_refs, int *qkv,
+                         int *up) {
+    char name[96];
+    *qkv = *up = 0;
+    if (!m->family->fused) return 0;
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+    const gguf_tensor *t = gguf_tensor_find(ld->f, name);
+    if (t) {
+        if (t->n_dims != 2 || t->ne[0] != (uint64_t)m->dim || t->ne[1] != (uint64_t)(m->q_dim + 2 * m->kv_dim))
+            return load_fail(ld, "tensor '%s' has shape [%llu, %llu], expected [%d, %d] (Q, K and V rows)", name,
+                             (unsigned long long)t->ne[0], t->n_dims > 1 ? (unsigned long long)t->ne[1] : 0ull, m->dim,
+                             m->q_dim + 2 * m->kv_dim);
+        weight_rows(t, m->dim, 0, m->q_dim, &L->wq, refs, n_refs);
+        weight_rows(t, m->dim, m->q_dim, m->kv_dim, &L->wk, refs, n_refs);
+        weight_rows(t, m->dim, m->q_dim + m->kv_dim, m->kv_dim, &L->wv, refs, n_refs);
+        *qkv = 1;
+    } else {
+        snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
+        if (!gguf_tensor_find(ld->f, name))
+            return load_fail(ld, "missing tensor 'blk.%d.attn_qkv.weight' (or attn_q, attn_k and attn_v)", l);
+    }
+    snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", l);
+    if (gguf_tensor_find(ld->f, name)) return 0;
+    snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+    t = gguf_tensor_find(ld->f, name);
+    if (!t) return load_fail(ld, "missing tensor '%s'", name);
+    if (t->n_dims != 2 || t->ne[0] != (uint64_t)m->dim || t->ne[1] != (uint64_t)(2 * m->ffn_dim))
+        return load_fail(ld, "tensor '%s' has shape [%llu, %llu], expected [%d, %d] (gate and up rows, no ffn_gate)",
+                         name, (unsigned long long)t->ne[0], t->n_dims > 1 ? (unsigned long long)t->ne[1] : 0ull,
+                         m->dim, 2 * m->ffn_dim);
+    weight_rows(t, m->dim, 0, m->ffn_dim, &L->w_gate, refs, n_refs);
+    weight_rows(t, m->dim, m->ffn_dim, m->ffn_dim, &L->w_up, refs, n_refs);
+    *up = 1;
+    return 0;
+}
 
 /* A layer's weights, listed once: the tensor name after "blk.N.", the
  * field, and the shape as widths of the model (rows NONE: a 1-D tensor). */
@@ -178,20 +234,30 @@ static int rope_setup(model *m, loader *ld) {
     const gguf_tensor *ft = gguf_tensor_find(ld->f, "rope_freqs.weight");
     if (ft && (ft->type != GGML_TYPE_F32 || ft->ne[0] != (uint64_t)half))
         return load_fail(ld, "tensor 'rope_freqs.weight' must be F32 with head_dim/2 = %d values", half);
+    const gguf_tensor *fs = gguf_tensor_find(ld->f, "rope_factors_short.weight");
+    const gguf_tensor *fl = gguf_tensor_find(ld->f, "rope_factors_long.weight");
+    const gguf_tensor *tabs[] = {fs, fl};
+    static const char *const tab_names[] = {"rope_factors_short.weight", "rope_factors_long.weight"};
+    for (int i = 0; i < 2; i++)
+        if (tabs[i] && (tabs[i]->type != GGML_TYPE_F32 || tabs[i]->n_dims != 1 || tabs[i]->ne[0] != (uint64_t)half))
+            return load_fail(ld, "tensor '%s' must be F32 with head_dim/2 = %d values", tab_names[i], half);
+    if (!fs != !fl) return load_fail(ld, "LongRoPE needs both rope_factors_short and rope_factors_long");
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
     char *stype = gguf_kv_get_str(ld->f, key);
-    enum { NONE, LINEAR, LLAMA3, YARN } kind = NONE;
+    enum { NONE, LINEAR, LLAMA3, YARN, LONGROPE } kind = fs ? LONGROPE : NONE;
     if (stype && !strcmp(stype, "linear")) kind = LINEAR;
     else if (stype && !strcmp(stype, "llama3")) kind = LLAMA3;
     else if (stype && !strcmp(stype, "yarn")) kind = YARN;
-    else if (stype && strcmp(stype, "none")) {
-        /* LongRoPE has factor tables of its own: refused rather than run wrong */
-        int rc = load_fail(ld, "unsupported rope scaling '%s' (none, linear, llama3 and yarn are supported)", stype);
+    else if (stype && strcmp(stype, "none") && !(fs && !strcmp(stype, "longrope"))) {
+        /* LongRoPE without its factor tables: refused rather than run wrong */
+        int rc = load_fail(ld, "unsupported rope scaling '%s' (none, linear, llama3, yarn and longrope with its "
+                               "rope_factors_short/long tensors are supported)", stype);
         free(stype);
         return rc;
     }
     free(stype);
+    if (fs && kind != LONGROPE) return load_fail(ld, "rope_factors_short/long with another rope scaling");
     float factor = arch_float(ld, m->arch, "rope.scaling.factor", 1.0f);
     float lo = arch_float(ld, m->arch, "rope.scaling.low_freq_factor", 1.0f);
     float hi = arch_float(ld, m->arch, "rope.scaling.high_freq_factor", 4.0f);
@@ -206,9 +272,19 @@ static int rope_setup(model *m, loader *ld) {
                    arch_float(ld, m->arch, "rope.scaling.yarn_beta_slow", 1.0f), &y_low, &y_high);
         m->attn.mscale = factor > 1 ? 1.0f + 0.1f * logf(factor) : 1.0f;
     }
+    m->rope_orig_ctx = orig;
+    if (kind == LONGROPE) {
+        if (!(m->inv_freq_long = malloc((size_t)half * sizeof(float)))) return load_fail(ld, "out of memory");
+        for (int i = 0; i < half; i++)
+            m->inv_freq_long[i] = (float)(pow(base, -2.0 * i / m->head_dim) / ((const float *)fl->data)[i]);
+    }
+    float attn_factor = arch_float(ld, m->arch, "rope.scaling.attn_factor", 1.0f);
+    if (kind != YARN && attn_factor != 1.0f) m->attn.mscale = attn_factor; /* llama.cpp's rope_attn_factor */
     for (int i = 0; i < half; i++) {
         double f = pow(base, -2.0 * i / m->head_dim);
-        if (ft) {
+        if (kind == LONGROPE) {
+            f /= ((const float *)fs->data)[i];
+        } else if (ft) {
             f /= ((const float *)ft->data)[i];
         } else if (kind == LLAMA3) {
             double wavelen = 2 * M_PI / f, lo_wl = orig / lo, hi_wl = orig / hi;
@@ -330,7 +406,7 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     do {                                                                          \
         rc = find_weight(&ld, name, cols, rows, optional, w, &t);                 \
         if (rc < 0) goto fail;                                                    \
-        if (rc == 0) refs[n_refs++] = (weight_ref){w, t};                         \
+        if (rc == 0) refs[n_refs++] = (weight_ref){w, t, 0};                      \
     } while (0)
     WEIGHT("token_embd.weight", &m->tok_embd, m->dim, m->n_vocab, 0);
     WEIGHT("output_norm.weight", &m->output_norm, m->dim, 0, 0);
@@ -344,8 +420,13 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
         arch_need need[] = {[GROUP_BIAS] = m->family->qkv_bias, [GROUP_QK_NORM] = m->family->qk_norm,
                             [GROUP_POST_NORM] = m->family->post_norm};
         weight_group prev = GROUP_CORE;
+        int qkv, up;
+        if (fused_weights(&ld, m, l, L, refs, &n_refs, &qkv, &up)) goto fail;
         for (size_t i = 0; i < N_LAYER_WEIGHTS; i++) {
             const layer_weight_def *d = &LAYER_WEIGHTS[i];
+            kb_weight *lw = layer_weight(L, i);
+            if ((qkv && (lw == &L->wq || lw == &L->wk || lw == &L->wv)) || (up && (lw == &L->w_gate || lw == &L->w_up)))
+                continue; /* taken from a fused tensor */
             int first = d->group != prev;
             prev = d->group;
             if (d->group != GROUP_CORE && need[d->group] == ARCH_ABSENT) continue;
@@ -360,7 +441,7 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     /* Copy every weight into one anonymous allocation: file pages of a
      * mapping that sits idle get dropped by the kernel, anonymous ones not. */
     size_t total = 0;
-    for (int i = 0; i < n_refs; i++) total += WEIGHT_SPAN(refs[i].t->nbytes);
+    for (int i = 0; i < n_refs; i++) total += WEIGHT_SPAN(refs[i].w->nbytes);
     /* In whole huge pages, and asked to be backed by them: the kernel's
      * access scanner (DAMON here) clears accessed bits of idle pages, and
      * with 4 KiB pages the first request after an idle spell then pays for
@@ -375,9 +456,9 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     m->weights_bytes = total;
     size_t off = 0;
     for (int i = 0; i < n_refs; i++) {
-        memcpy((uint8_t *)m->weights_mem + off, refs[i].t->data, refs[i].t->nbytes);
+        memcpy((uint8_t *)m->weights_mem + off, (const uint8_t *)refs[i].t->data + refs[i].off, refs[i].w->nbytes);
         refs[i].w->host = (uint8_t *)m->weights_mem + off;
-        off += WEIGHT_SPAN(refs[i].t->nbytes);
+        off += WEIGHT_SPAN(refs[i].w->nbytes);
     }
     if (m->output.host == NULL) m->output = m->tok_embd;
     madvise((void *)f->map, f->map_size, MADV_DONTNEED);
@@ -436,6 +517,7 @@ void model_free(model *m, kb_backend *kb) {
     free(m->layers);
     free(m->inv_freq);
     free(m->inv_freq_swa);
+    free(m->inv_freq_long);
     free(m->weights_mem);
     memset(m, 0, sizeof *m);
 }
@@ -525,6 +607,10 @@ int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const u
         else if (!s->kv[l].k && kv_alloc(s, m, kb, l, err, errlen)) return -1;
     }
     return 0;
+}
+
+void model_set_context(model *m, int n_ctx) {
+    if (m->inv_freq_long) m->attn.inv_freq = n_ctx > m->rope_orig_ctx ? m->inv_freq_long : m->inv_freq;
 }
 
 void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n) {

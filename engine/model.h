@@ -34,7 +34,9 @@ typedef struct {
     int q_dim, kv_dim;
     float eps;
     kb_attn_shape attn;   /* heads, rope mode and inverse frequencies */
-    float *inv_freq;      /* head_dim/2 values, owned */
+    float *inv_freq;      /* head_dim/2 values, owned (LongRoPE: with the short factors) */
+    float *inv_freq_long; /* LongRoPE: with the long factors, owned (NULL otherwise) */
+    int rope_orig_ctx;    /* the context the rope was trained for (LongRoPE: long factors beyond it) */
     kb_attn_shape attn_swa; /* the sliding-window layers' (window > 0 when there are any) */
     float *inv_freq_swa;  /* their head_dim/2 values, owned (NULL without such layers) */
     float embed_scale;    /* the embedding is multiplied by this (1: not scaled) */
@@ -79,6 +81,10 @@ void model_state_free(model_state *s, kb_backend *kb);
 int model_state_set_mask(model_state *s, const model *m, kb_backend *kb, const uint8_t *mask, char *err,
                          size_t errlen);
 
+/* Tells M the context it serves: LongRoPE models rotate with their long
+ * factors when N_CTX exceeds rope.scaling.original_context_length (as
+ * llama.cpp decides from its context), else with the short ones. */
+void model_set_context(model *m, int n_ctx);
 /* Embeds TOKENS into rows 0..n-1 of the residual stream. */
 void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n);
 /* Runs layers [l0, l1) (those the mask computes) over rows 0..n-1, which

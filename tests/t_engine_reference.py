@@ -117,6 +117,12 @@ CASES = [
     ("F32 gemma3 62 layers, head size 32 (the 27B's score scale 1/sqrt(dim/heads))",
      dict(SMALL, type="F32", layers=62, arch="gemma3", tied=True, head_dim=32, window=4), None),
     ("BF16 llama 3 layers, dim 256 (BF16 rounding ties in the prompt)", dict(KQUANT, type="BF16", layers=3), None),
+    ("F32 phi3 (fused attn_qkv and gate-up ffn_up)", dict(SMALL, type="F32", layers=3, arch="phi3"), None),
+    ("Q8_0 phi3 masked", dict(SMALL, type="Q8_0", layers=5, arch="phi3"), [1, 1, 0, 1, 1]),
+    ("F16 phi3 LongRoPE, context 128 within the original 1024: short factors",
+     dict(SMALL, type="F16", layers=3, arch="phi3", longrope=True, rope_orig_ctx=1024), None),
+    ("F32 phi3 LongRoPE, context 128 beyond the original 32: long factors, attention factor",
+     dict(SMALL, type="F32", layers=3, arch="phi3", longrope=True, rope_orig_ctx=32), None),
 ]
 
 

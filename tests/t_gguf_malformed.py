@@ -98,6 +98,12 @@ def families():
                          arch="gemma3", window=4, swa_pattern=9)
     expect_model_refused("gemma3 with a window that is not an integer", "gemma3.attention.sliding_window",
                          arch="gemma3", extra_kv={"gemma3.attention.sliding_window": "wide"})
+    expect_model_refused("phi3 without a layer's attn_qkv", "missing tensor 'blk.0.attn_qkv.weight'",
+                         arch="phi3", drop=("blk.0.attn_qkv.weight",))
+    expect_model_refused("phi3 without its ffn_up", "missing tensor 'blk.1.ffn_up.weight'",
+                         arch="phi3", drop=("blk.1.ffn_up.weight",))
+    expect_model_refused("phi3 LongRoPE with one factor table", "rope_factors_short and rope_factors_long",
+                         arch="phi3", longrope=True, drop=("rope_factors_long.weight",))
     expect_model_refused("key and value heads of different sizes", "different sizes",
                          extra_kv={"llama.attention.value_length": 8})
 

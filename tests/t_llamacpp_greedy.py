@@ -69,6 +69,12 @@ CASES = [
      dict(SMALL, type="Q8_0", layers=8, arch="gemma3", window=8, rope_scaling="linear")),
     ("gemma3 F16, head size 32, window 5", dict(SMALL, type="F16", layers=3, arch="gemma3", head_dim=32,
                                                 window=5, swa_pattern=3)),
+    ("phi3 F32 (fused attn_qkv and gate-up ffn_up)", dict(SMALL, type="F32", layers=3, arch="phi3")),
+    ("phi3 Q8_0", dict(SMALL, type="Q8_0", layers=3, arch="phi3")),
+    ("phi3 F16, LongRoPE within the original 1024 positions (short factors)",
+     dict(SMALL, type="F16", layers=3, arch="phi3", longrope=True, rope_orig_ctx=1024)),
+    ("phi3 F32, LongRoPE beyond the original 32 positions (long factors)",
+     dict(SMALL, type="F32", layers=3, arch="phi3", longrope=True, rope_orig_ctx=32)),
 ]
 
 

@@ -12,6 +12,8 @@ that scripts/model/make_synthetic.py writes into that family's files (determinis
   fallback, Gemma's special ids and turn tokens. gemma3-synthetic.inp: leading, repeated and
   trailing spaces, newlines and tabs, byte-fallback characters, the turn tokens' texts as plain
   text, a literal U+2581.
+- phi3: Llama 2's SentencePiece (space prefix, byte fallback; the real Llama 2 vocabulary has its
+  own vectors) with Phi-3's added turn tokens, whose texts stay plain text here.
 Each NAME-synthetic.out holds the ids llama.cpp's llama-tokenize gave for each text (--no-bos
 --no-parse-special). The unit program test_tokenizer_vectors checks ilpd's tokenizer against them.
 With LLAMA_TOKENIZE set to a llama-tokenize binary, the .out files are also checked to be what that
@@ -27,7 +29,7 @@ import make_synthetic  # noqa: E402
 
 SEP = "\n__ggml_vocab_test__\n"
 # (arch, vocabulary size, name in messages)
-FAMILIES = [("qwen3", 2048, "Qwen"), ("gemma3", 1024, "Gemma")]
+FAMILIES = [("qwen3", 2048, "Qwen"), ("gemma3", 1024, "Gemma"), ("phi3", 1024, "Phi-3")]
 
 
 def llama_ids(tokenize, vocab, text):

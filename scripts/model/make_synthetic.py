@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write synthetic GGUF models with random weights: llama, qwen2, qwen3, gemma3.
+"""Write synthetic GGUF models with random weights: llama, qwen2, qwen3, gemma3, phi3.
 
 llama and qwen2 files carry a SentencePiece-style vocabulary; qwen3 files a
 byte-level BPE one (tokenizer.ggml.model gpt2, pre-tokenizer qwen2) with
@@ -16,6 +16,14 @@ W positions on every layer but each --swa-pattern-th (the key is written only
 when given; llama.cpp's default is 6); its vocabulary is SentencePiece-style
 with Gemma's ids (<pad> 0, <eos> 1, <bos> 2), <unk>, <start_of_turn> and
 <end_of_turn> as its last three, no space prefix, and a Gemma chat template.
+
+phi3 files are written as llama.cpp's converter writes Phi-3/3.5 mini: the fused
+blk.N.attn_qkv (Q, K, V rows) and blk.N.ffn_up (gate rows, then up rows; no
+ffn_gate), a SentencePiece vocabulary with <|endoftext|> as EOS and the
+<|system|>, <|user|>, <|assistant|>, <|end|> turn tokens as its last five
+(no BOS added), Phi-3's chat template, and with --longrope the LongRoPE
+tables rope_factors_short/long.weight with phi3.rope.scaling.attn_factor and
+original_context_length (--rope-orig-ctx).
 
 A scripted model (script=[(TEXT, NEXT_TEXT), ...], Python only) answers by
 rote: its layers add nothing (attn_output and ffn_down are zero) and its
@@ -58,8 +66,13 @@ import ilpd_gguf as gguf  # noqa: E402
 DEFAULTS = dict(type="F32", arch="llama", layers=4, dim=64, heads=4, kv_heads=2,
                 ffn=128, vocab=320, ctx=256, seed=0, tied=False, rope_base=None,
                 llama3_rope_scaling=False, rope_scaling=None, rope_orig_ctx=None, name=None,
-                head_dim=None, script=None, extra_kv=None, drop=(), window=0, swa_pattern=None)
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+                head_dim=None, script=None, extra_kv=None, drop=(), window=0, swa_pattern=None, longrope=False)
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
+PHI3_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+                 "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}"
+                 "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+                 "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
 GEMMA_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
                   "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim "
                   "+ '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}"
@@ -232,6 +245,25 @@ def _write_gemma_tokenizer(w, vocab):
     return tokens
 
 
+def _write_phi3_tokenizer(w, vocab):
+    """Add Phi-3's SentencePiece metadata (phi3 files): the llama-style vocabulary with <|endoftext|> as
+    EOS and the turn tokens as its last five, BOS not added; returns the token texts."""
+    tokens, scores, types = spm_vocab(vocab)
+    extra = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+    tokens[-5:], types[-5:], scores[-5:] = extra, [3] * 5, [0.0] * 5
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", tokens, "str")
+    w.add_array("tokenizer.ggml.scores", scores, "f32")
+    w.add_array("tokenizer.ggml.token_type", types, "i32")
+    w.add_u32("tokenizer.ggml.bos_token_id", 1)
+    w.add_u32("tokenizer.ggml.eos_token_id", tokens.index("<|endoftext|>"))
+    w.add_u32("tokenizer.ggml.unknown_token_id", 0)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.add_bool("tokenizer.ggml.add_eos_token", False)
+    w.add_string("tokenizer.chat_template", PHI3_TEMPLATE)
+    return tokens
+
+
 def _write_qwen_tokenizer(w, vocab):
     """Add Qwen's byte-level BPE tokenizer metadata as llama.cpp's converter writes it (qwen3 files):
     BOS = padding = <|endoftext|> (not added), EOS = <|im_end|>, the ChatML template with thinking;
@@ -260,6 +292,8 @@ def _check_shape(s):
         raise ValueError("head_dim other than dim / heads is for qwen3 and gemma3 only")
     if (s["window"] or s["swa_pattern"] is not None) and s["arch"] != "gemma3":
         raise ValueError("a sliding window is for gemma3 only")
+    if s["longrope"] and s["arch"] != "phi3":
+        raise ValueError("LongRoPE is for phi3 only")
     if s["heads"] % s["kv_heads"]:
         raise ValueError("heads must be a multiple of kv-heads")
     if (s["head_dim"] or s["dim"] // s["heads"]) % 2:
@@ -328,7 +362,12 @@ def make_model(path, **shape):
     w.add_u32("general.file_type", gguf.FILE_TYPE[wtype])
     for key, value in (s["extra_kv"] or {}).items():
         {float: w.add_f32, int: w.add_u32, str: w.add_string}[type(value)](key, value)
-    tokens = {"qwen3": _write_qwen_tokenizer, "gemma3": _write_gemma_tokenizer}.get(arch, _write_spm_tokenizer)(w, vocab)
+    if s["longrope"]:  # as the converter writes Phi-3 mini 128k: the attention factor of its scale
+        scale = s["ctx"] / orig_ctx
+        w.add_f32(arch + ".rope.scaling.attn_factor", math.sqrt(1 + math.log(scale) / math.log(orig_ctx)))
+        w.add_u32(arch + ".rope.scaling.original_context_length", orig_ctx)
+    tokens = {"qwen3": _write_qwen_tokenizer, "gemma3": _write_gemma_tokenizer,
+              "phi3": _write_phi3_tokenizer}.get(arch, _write_spm_tokenizer)(w, vocab)
     script = [(tokens.index(a), tokens.index(b)) for a, b in s["script"] or ()]
     if script and s["tied"]:
         raise ValueError("a scripted model needs its own output head (not tied)")
@@ -343,11 +382,15 @@ def make_model(path, **shape):
     fallbacks = []       # weights written as F16 because rows do not fill whole blocks
     branch_scale = 1.0 / math.sqrt(2.0 * n_layer)
 
-    def matrix(name, rows, cols, scale, edit=None):
+    def matrix(name, rows, cols, scale, edit=None, parts=None):
         """Add a random [rows, cols] weight in the requested type (F16 fallback), changed by edit(a)
-        first when given; returns the float weights."""
-        a = rng.standard_normal((rows, cols), dtype=np.float32)
-        a *= np.float32(scale)
+        first when given; returns the float weights. parts=[(rows, scale), ...]: a fused weight, the
+        parts' rows one after the other (rows and scale unused)."""
+        if parts:
+            a = np.concatenate([rng.standard_normal((r, cols), dtype=np.float32) * np.float32(sc) for r, sc in parts])
+        else:
+            a = rng.standard_normal((rows, cols), dtype=np.float32)
+            a *= np.float32(scale)
         if edit:
             edit(a)
         t = wtype
@@ -388,12 +431,20 @@ def make_model(path, **shape):
         matrix("output.weight", vocab, dim, out_scale, scripted_head if script else None)
     if s["llama3_rope_scaling"]:
         put("rope_freqs.weight", llama3_rope_factors(head_dim, s["rope_base"], orig_ctx), gguf.F32)
+    if s["longrope"]:  # Phi-3's tables: short factors near 1, long ones growing to ~ctx/orig for slow pairs
+        ramp = np.linspace(0.0, 1.0, head_dim // 2, dtype=np.float32)
+        put("rope_factors_short.weight", (1.0 + 0.05 * ramp).astype(np.float32), gguf.F32)
+        put("rope_factors_long.weight", (1.0 + (s["ctx"] / orig_ctx - 1.0) * ramp ** 2).astype(np.float32), gguf.F32)
     for i in range(n_layer):
         p = "blk.%d." % i
         norm(p + "attn_norm.weight", dim)
-        matrix(p + "attn_q.weight", q_dim, dim, 1.0 / math.sqrt(dim))
-        matrix(p + "attn_k.weight", kv_dim, dim, 1.0 / math.sqrt(dim))
-        matrix(p + "attn_v.weight", kv_dim, dim, 1.0 / math.sqrt(dim))
+        if arch == "phi3":
+            matrix(p + "attn_qkv.weight", 0, dim, 0,
+                   parts=[(q_dim, 1.0 / math.sqrt(dim)), (kv_dim, 1.0 / math.sqrt(dim)), (kv_dim, 1.0 / math.sqrt(dim))])
+        else:
+            matrix(p + "attn_q.weight", q_dim, dim, 1.0 / math.sqrt(dim))
+            matrix(p + "attn_k.weight", kv_dim, dim, 1.0 / math.sqrt(dim))
+            matrix(p + "attn_v.weight", kv_dim, dim, 1.0 / math.sqrt(dim))
         if arch == "qwen2":
             bias(p + "attn_q.bias", q_dim)
             bias(p + "attn_k.bias", kv_dim)
@@ -405,8 +456,11 @@ def make_model(path, **shape):
         if arch == "gemma3":  # the post-norm brings the branch back to O(1); scaled like the others
             put(p + "post_attention_norm.weight", branch_scale * (1.0 + 0.1 * rng.standard_normal(dim, dtype=np.float32)), gguf.F32)
         norm(p + "ffn_norm.weight", dim)
-        matrix(p + "ffn_gate.weight", ffn, dim, 1.0 / math.sqrt(dim))
-        matrix(p + "ffn_up.weight", ffn, dim, 1.0 / math.sqrt(dim))
+        if arch == "phi3":
+            matrix(p + "ffn_up.weight", 0, dim, 0, parts=[(ffn, 1.0 / math.sqrt(dim)), (ffn, 1.0 / math.sqrt(dim))])
+        else:
+            matrix(p + "ffn_gate.weight", ffn, dim, 1.0 / math.sqrt(dim))
+            matrix(p + "ffn_up.weight", ffn, dim, 1.0 / math.sqrt(dim))
         matrix(p + "ffn_down.weight", dim, ffn, 2.0 * branch_scale / math.sqrt(ffn), silent)
         if arch == "gemma3":
             put(p + "post_ffw_norm.weight", branch_scale * (1.0 + 0.1 * rng.standard_normal(dim, dtype=np.float32)), gguf.F32)
@@ -433,6 +487,7 @@ def main(argv=None):
     ap.add_argument("--kv-heads", type=int, default=DEFAULTS["kv_heads"])
     ap.add_argument("--ffn", type=int, default=DEFAULTS["ffn"])
     ap.add_argument("--head-dim", type=int, default=None, help="qwen3, gemma3: head size (default dim / heads)")
+    ap.add_argument("--longrope", action="store_true", help="phi3: LongRoPE factor tables (see --rope-orig-ctx)")
     ap.add_argument("--window", type=int, default=0, help="gemma3: sliding window of the local layers (0: none)")
     ap.add_argument("--swa-pattern", type=int, default=None, help="gemma3: every this-many-th layer is global")
     ap.add_argument("--vocab", type=int, default=DEFAULTS["vocab"])
@@ -456,7 +511,7 @@ def main(argv=None):
                        ctx=a.ctx, seed=a.seed, tied=a.tied, rope_base=a.rope_base,
                        llama3_rope_scaling=a.llama3_rope_scaling, name=a.name, head_dim=a.head_dim,
                        rope_scaling=a.rope_scaling, rope_orig_ctx=a.rope_orig_ctx, window=a.window,
-                       swa_pattern=a.swa_pattern)
+                       swa_pattern=a.swa_pattern, longrope=a.longrope)
     except ValueError as e:
         print("make_synthetic: %s" % e, file=sys.stderr)
         return 1

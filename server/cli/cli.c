@@ -299,7 +299,16 @@ static void print_rope(const gguf_file *f, const char *arch) {
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     char *type = gguf_kv_get_str(f, key);
     printf("rope:          %s pairs, base %g", fam && fam->neox ? "neox (i, i+d/2)" : "adjacent (2i, 2i+1)", base);
-    if (gguf_tensor_find(f, "rope_freqs.weight")) printf(", scaled by rope_freqs.weight (Llama 3.1)");
+    if (gguf_tensor_find(f, "rope_factors_long.weight")) {
+        float attn = 1.0f;
+        int64_t orig = 0;
+        snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", arch);
+        gguf_kv_get_f32(f, key, &attn);
+        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+        gguf_kv_get_i64(f, key, &orig);
+        printf(", LongRoPE (short factors up to %lld positions of context, long beyond; attention factor %g)",
+               (long long)orig, attn);
+    } else if (gguf_tensor_find(f, "rope_freqs.weight")) printf(", scaled by rope_freqs.weight (Llama 3.1)");
     else if (type && strcmp(type, "none")) printf(", %s scaling x%g", type, factor);
     printf("\n");
     free(type);
@@ -349,8 +358,11 @@ static int cmd_inspect(const cli_opts *o) {
     printf("embedding:     %d\n", in->dim);
     printf("heads:         %d (kv %d, head size %d)\n", in->n_heads, in->n_kv_heads, in->head_dim);
     printf("ffn:           %d\n", in->ffn_dim);
-    printf("attention:     %s%s\n", gguf_tensor_find(f, "blk.0.attn_q.bias") ? "q/k/v biases" : "no q/k/v biases",
-           gguf_tensor_find(f, "blk.0.attn_q_norm.weight") ? ", q/k RMSNorm per head before rope" : "");
+    printf("attention:     %s%s%s\n", gguf_tensor_find(f, "blk.0.attn_q.bias") ? "q/k/v biases" : "no q/k/v biases",
+           gguf_tensor_find(f, "blk.0.attn_q_norm.weight") ? ", q/k RMSNorm per head before rope" : "",
+           gguf_tensor_find(f, "blk.0.attn_qkv.weight") ? ", q/k/v fused (attn_qkv, split at load)" : "");
+    if (gguf_tensor_find(f, "blk.0.ffn_up.weight") && !gguf_tensor_find(f, "blk.0.ffn_gate.weight"))
+        printf("ffn weights:   gate and up fused in ffn_up (split at load)\n");
     print_rope(f, in->arch);
     print_block(f, in->arch, in->n_layers);
     printf("vocab:         %d\n", in->n_vocab);

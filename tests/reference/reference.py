@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Numpy reference forward pass for llama, qwen2, qwen3 and gemma3 GGUF models (the test oracle).
+"""Numpy reference forward pass for llama, qwen2, qwen3, gemma3 and phi3 GGUF models (the test oracle).
 
 Weights are dequantized with scripts/model/ilpd_gguf.py exactly as the file defines
 them, then all arithmetic runs in float64, so the only approximation against
@@ -32,6 +32,12 @@ Model semantics (as llama.cpp defines them for these architectures):
     h = rmsnorm(x) * ffn_norm; x += (silu(h @ Wg.T) * (h @ Wu.T)) @ Wd.T
   logits = (rmsnorm(x) * output_norm) @ output.T   (token_embd if output absent)
 
+phi3 (llama.cpp's src/models/phi3.cpp): the llama block with neox rope, Q, K and V
+  the row ranges of blk.N.attn_qkv, gate and up the two halves of blk.N.ffn_up;
+  LongRoPE: theta_i divided by rope_factors_long[i] when the context served
+  (n_ctx, default context_length) exceeds original_context_length, else by
+  rope_factors_short[i], and cos and sin multiplied by rope.scaling.attn_factor.
+
 gemma3 (llama.cpp's src/models/gemma3.cpp): x = token_embd[token] * sqrt(dim);
   neox rope and qwen3's Q/K norms; scores scaled by 1/sqrt(head_dim) (by
   1/sqrt(dim / heads) for 62 layers); the attention output and the FFN output
@@ -58,7 +64,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "model"))
 import ilpd_gguf  # noqa: E402
 
-ROPE_MODE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox"}
+ROPE_MODE = {"llama": "norm", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox", "phi3": "neox"}
 QUANTIZED = (ilpd_gguf.Q8_0, ilpd_gguf.Q4_0, ilpd_gguf.Q4_1, ilpd_gguf.Q5_0, ilpd_gguf.Q5_1, ilpd_gguf.IQ4_NL,
              ilpd_gguf.Q2_K, ilpd_gguf.Q3_K, ilpd_gguf.Q4_K, ilpd_gguf.Q5_K, ilpd_gguf.Q6_K, ilpd_gguf.IQ4_XS)
 
@@ -86,9 +92,10 @@ def round_bf16(h):
 
 
 class Model:
-    """A GGUF llama/qwen2/qwen3/gemma3 model held as dequantized float32 weights."""
+    """A GGUF llama/qwen2/qwen3/gemma3/phi3 model held as dequantized float32 weights (n_ctx: the
+    context served, which picks LongRoPE's factors)."""
 
-    def __init__(self, path):
+    def __init__(self, path, n_ctx=None):
         self.gguf = ilpd_gguf.Reader(path)
         kv = self.gguf.kv
         self.arch = kv["general.architecture"]
@@ -106,6 +113,11 @@ class Model:
         self._cache = {}
         self.vocab = self.gguf.tensors["token_embd.weight"][1][1]
         self.rope_factors = self.weight("rope_freqs.weight")
+        self.attn_factor = kv.get(a + "rope.scaling.attn_factor", 1.0)
+        if self.weight("rope_factors_long.weight") is not None:  # LongRoPE: by the context served
+            n_ctx = n_ctx or kv.get(a + "context_length", 2048)
+            orig = kv.get(a + "rope.scaling.original_context_length", kv.get(a + "context_length", 2048))
+            self.rope_factors = self.weight("rope_factors_long.weight" if n_ctx > orig else "rope_factors_short.weight")
         self.rope_scaling = dict(
             type=kv.get(a + "rope.scaling.type", "none"), factor=kv.get(a + "rope.scaling.factor", 1.0),
             low=kv.get(a + "rope.scaling.low_freq_factor", 1.0), high=kv.get(a + "rope.scaling.high_freq_factor", 4.0),
@@ -147,7 +159,7 @@ class Model:
             theta = np.where(wavelen > sc["orig"] / sc["low"], theta / sc["factor"],
                              np.where(wavelen >= sc["orig"] / sc["high"],
                                       (1 - smooth) * theta / sc["factor"] + smooth * theta, theta))
-        mscale = 1.0
+        mscale = 1.0 if swa else self.attn_factor
         if sc["type"] == "yarn" and self.rope_factors is None:
             def corr(beta):
                 return self.n_rot * np.log(sc["orig"] / (2 * np.pi * beta)) / (2 * np.log(self.rope_base))
@@ -168,16 +180,17 @@ class Model:
             out[..., half:self.n_rot] = x0 * sin + x1 * cos
         return out
 
-    def _linear(self, h, name):
+    def _linear(self, h, name, rows=None):
         """Return h @ W.T (+ bias when the file has one), float64; h quantized first for a quantized W,
-        rounded to BF16 for a BF16 W."""
+        rounded to BF16 for a BF16 W; rows=(r0, r1): only those rows of W (a fused tensor's part)."""
         if self.gguf.tensors[name + ".weight"][0] == ilpd_gguf.BF16:
             h, tie = round_bf16(h)
             self.tie = np.minimum(self.tie, tie)
         elif self.gguf.tensors[name + ".weight"][0] in QUANTIZED:
             h, tie = quantize_activation(h)
             self.tie = np.minimum(self.tie, tie)
-        y = h @ self.weight(name + ".weight").T.astype(np.float64)
+        w = self.weight(name + ".weight")
+        y = h @ (w if rows is None else w[rows[0]:rows[1]]).T.astype(np.float64)
         b = self.weight(name + ".bias")
         return y if b is None else y + b
 
@@ -185,9 +198,14 @@ class Model:
         """Return the attention block output for normed input h [n, dim] of layer prefix p (swa: a
         sliding-window layer)."""
         n = len(h)
-        q = self._linear(h, p + "attn_q").reshape(n, self.n_head, self.head_dim)
-        k = self._linear(h, p + "attn_k").reshape(n, self.n_kv_head, self.head_dim)
-        v = self._linear(h, p + "attn_v").reshape(n, self.n_kv_head, self.head_dim)
+        qd, kd = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
+        if p + "attn_qkv.weight" in self.gguf.tensors:  # phi3: Q, K, V rows of one tensor
+            q, k, v = (self._linear(h, p + "attn_qkv", r) for r in ((0, qd), (qd, qd + kd), (qd + kd, qd + 2 * kd)))
+        else:
+            q, k, v = self._linear(h, p + "attn_q"), self._linear(h, p + "attn_k"), self._linear(h, p + "attn_v")
+        q = q.reshape(n, self.n_head, self.head_dim)
+        k = k.reshape(n, self.n_kv_head, self.head_dim)
+        v = v.reshape(n, self.n_kv_head, self.head_dim)
         qn, kn = self.weight(p + "attn_q_norm.weight"), self.weight(p + "attn_k_norm.weight")
         if qn is not None:                                   # qwen3: per-head RMSNorm before rope
             q, k = self._rmsnorm(q, qn), self._rmsnorm(k, kn)
@@ -208,8 +226,11 @@ class Model:
 
     def _ffn(self, h, p):
         """Return the SwiGLU (gemma3: GeGLU, tanh GELU) FFN output for normed input h of layer prefix p."""
-        g = self._linear(h, p + "ffn_gate")
-        u = self._linear(h, p + "ffn_up")
+        if p + "ffn_gate.weight" in self.gguf.tensors:
+            g, u = self._linear(h, p + "ffn_gate"), self._linear(h, p + "ffn_up")
+        else:  # phi3: gate rows, then up rows, in ffn_up
+            f = self.weight(p + "ffn_up.weight").shape[0] // 2
+            g, u = self._linear(h, p + "ffn_up", (0, f)), self._linear(h, p + "ffn_up", (f, 2 * f))
         if self.gemma:
             act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
         else:

@@ -183,6 +183,25 @@ static void test_gemma(void) {
     CHECK(renders(CHAT_FAMILY_GEMMA, NULL, NULL, 0, "<start_of_turn>model\n"), "gemma: an empty conversation opens the model turn");
 }
 
+/* Phi-3.5-mini-instruct's template. */
+static const char phi3_template[] =
+    "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\\n' + "
+    "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + "
+    "'<|end|>\\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + "
+    "'<|end|>\\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ "
+    "eos_token }}{% endif %}";
+
+static void test_phi3(void) {
+    CHECK(chat_family_detect(phi3_template) == CHAT_FAMILY_PHI3 && chat_family_parse("phi3") == CHAT_FAMILY_PHI3,
+          "phi3 detected (<|user|> with <|end|>) and named");
+    CHECK(renders(CHAT_FAMILY_PHI3, "Be brief.", turns, 3,
+                  "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n<|user|>\nBye<|end|>\n"
+                  "<|assistant|>\n"),
+          "phi3: <|end|> closes each turn (not the tokenizer's EOS), the assistant turn is opened");
+    CHECK(renders(CHAT_FAMILY_PHI3, NULL, prefill, 2, "<|user|>\nCount<|end|>\n<|assistant|>\n1, 2,"),
+          "phi3: an assistant prefill is left open");
+}
+
 static void test_zephyr(void) {
     CHECK(renders(CHAT_FAMILY_ZEPHYR, "Be brief.", one, 1, "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n"),
           "zephyr: system + user");
@@ -350,6 +369,7 @@ int main(void) {
     test_chatml();
     test_qwen3();
     test_gemma();
+    test_phi3();
     test_zephyr();
     test_llama2();
     test_plain();

@@ -32,7 +32,10 @@
  *          no ffn_gate), split into row ranges at load; NEOX rope; LongRoPE
  *          (rope_factors_short/long.weight divide the frequencies, long when
  *          the served context exceeds rope.scaling.original_context_length,
- *          rope.scaling.attn_factor scales the rotation)
+ *          rope.scaling.attn_factor scales the rotation); Phi-4-mini is
+ *          this family too (partial rotary: rope.dimension_count below the
+ *          head size, which every family accepts; its gpt-4o tokenizer and
+ *          template belong to the tokenizer and chat modules)
  */
 #ifndef ILPD_ARCH_H
 #define ILPD_ARCH_H

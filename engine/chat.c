@@ -35,7 +35,8 @@
  *          tokenizer's, so it is not rendered.
  *  phi3    zephyr's form with <|end|> ending each turn (Phi-3 and Phi-3.5
  *          mini: [<|system|>\nS<|end|>\n]<|user|>\nU<|end|>\n<|assistant|>\n);
- *          Phi-4-mini's form without the newlines is not this family
+ *  phi4    [<|system|>S<|end|>]<|user|>U<|end|><|assistant|>A<|end|> ...
+ *          <|assistant|>   (Phi-4-mini: phi3 without the newlines)
  *  gemma   <start_of_turn>user\n[S\n\n]U<end_of_turn>\n<start_of_turn>model\nA
  *          <end_of_turn>\n ... <start_of_turn>model\n
  *          (Gemma 3's template: no system turn, the system prompt and a
@@ -90,7 +91,7 @@
  *          a result: <tool_response>\nTEXT\n</tool_response>, inside the
  *          user turn, which gives exactly Qwen2.5's text (its default "You are
  *          Qwen..." system text is not added when S is empty).
- *  zephyr, phi3, llama2, gemma, plain: no tool convention of their own, so the Hermes
+ *  zephyr, phi3, phi4, llama2, gemma, plain: no tool convention of their own, so the Hermes
  *          text above is used: the tool block joins the system prompt, calls
  *          and results are the same tags inside the turns' text.
  * A result with is_error is "Error: " + TEXT.
@@ -103,7 +104,8 @@
 #include <string.h>
 
 static const char *const family_names[CHAT_FAMILY_COUNT] = {"plain",  "llama2", "llama3", "chatml",
-                                                            "zephyr", "qwen3",  "gemma", "phi3"};
+                                                            "zephyr", "qwen3",  "gemma", "phi3",
+                                                            "phi4"};
 
 /* Returns the family whose marker T contains (checked in this order), else PLAIN. */
 chat_family chat_family_detect(const char *t) {
@@ -112,6 +114,7 @@ chat_family chat_family_detect(const char *t) {
     if (strstr(t, "<|im_start|>")) return strstr(t, "<think>") ? CHAT_FAMILY_QWEN3 : CHAT_FAMILY_CHATML;
     if (strstr(t, "<start_of_turn>")) return CHAT_FAMILY_GEMMA;
     if (strstr(t, "<|user|>")) return strstr(t, "<|end|>") ? CHAT_FAMILY_PHI3 : CHAT_FAMILY_ZEPHYR;
+    if (strstr(t, "<|end|>") && strstr(t, "<|assistant|>")) return CHAT_FAMILY_PHI4; /* '<|' + role + '|>' */
     if (strstr(t, "[INST]")) return CHAT_FAMILY_LLAMA2;
     return CHAT_FAMILY_PLAIN;
 }
@@ -463,20 +466,21 @@ static void turn_headers(chat_buf *b, chat_family f, const char *eos, const char
         if (open) put(b, lead);
         put(b, text);
         if (!open) put(b, "<|im_end|>\n");
-    } else {
+    } else { /* zephyr, phi3 (EOS: <|end|>), phi4 (the same without the newlines) */
+        int nl = f != CHAT_FAMILY_PHI4;
         put(b, "<|");
         put(b, role);
-        put(b, "|>\n");
+        put(b, nl ? "|>\n" : "|>");
         if (open) put(b, lead);
         put(b, text);
         if (!open) {
             put(b, eos);
-            put(b, "\n");
+            if (nl) put(b, "\n");
         }
     }
 }
 
-/* Renders the header-based families (llama3, chatml, qwen3, zephyr, phi3) into B;
+/* Renders the header-based families (llama3, chatml, qwen3, zephyr, phi3, phi4) into B;
  * SYS is the system content (already trimmed for llama3), or NULL for no
  * system turn; THINKING as chat_render's. */
 static void render_headers(chat_buf *b, chat_family f, const char *eos, const char *sys, const turn *m, int n,
@@ -612,7 +616,8 @@ char *chat_render(chat_family f, const char *bos_text, const char *eos_text, con
     case CHAT_FAMILY_CHATML:
     case CHAT_FAMILY_QWEN3:
     case CHAT_FAMILY_ZEPHYR: render_headers(&b, f, eos, s, m, n_m, thinking); break;
-    case CHAT_FAMILY_PHI3: render_headers(&b, f, "<|end|>", s, m, n_m, thinking); break;
+    case CHAT_FAMILY_PHI3:
+    case CHAT_FAMILY_PHI4: render_headers(&b, f, "<|end|>", s, m, n_m, thinking); break;
     case CHAT_FAMILY_GEMMA: render_gemma(&b, s, m, n_m); break;
     default: render_plain(&b, s, m, n_m); break;
     }

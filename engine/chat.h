@@ -27,6 +27,7 @@ typedef enum {
     CHAT_FAMILY_QWEN3,     /* ChatML with thinking: an empty <think></think> opens the answer when thinking is off */
     CHAT_FAMILY_GEMMA,     /* <start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n */
     CHAT_FAMILY_PHI3,      /* <|user|>\n...<|end|>\n<|assistant|>\n */
+    CHAT_FAMILY_PHI4,      /* <|user|>...<|end|><|assistant|> (Phi-4-mini) */
     CHAT_FAMILY_COUNT
 } chat_family;
 
@@ -101,7 +102,7 @@ const chat_tool_syntax *chat_tool_syntax_of(chat_family f);
 
 /* Recognises the family of a Jinja template text; NULL or unknown -> PLAIN. */
 chat_family chat_family_detect(const char *template_text);
-/* "llama2", "llama3", "chatml", "zephyr", "qwen3", "gemma", "phi3", "plain". */
+/* "llama2", "llama3", "chatml", "zephyr", "qwen3", "gemma", "phi3", "phi4", "plain". */
 const char *chat_family_name(chat_family f);
 /* Parses a family name (as above); returns -1 when unknown. */
 int chat_family_parse(const char *name);

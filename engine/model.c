@@ -227,20 +227,20 @@ static void yarn_range(int n_dims, int orig, float base, float beta_fast, float 
  * (which also scales the rotation by mscale = 1 + 0.1 ln(factor), as
  * llama.cpp does for files without yarn_log_multiplier). */
 static int rope_setup(model *m, loader *ld) {
-    int half = m->head_dim / 2;
+    int half = m->n_rot / 2;
     float base = arch_float(ld, m->arch, "rope.freq_base", 10000.0f);
     m->inv_freq = malloc((size_t)half * sizeof(float));
     if (!m->inv_freq) return load_fail(ld, "out of memory");
     const gguf_tensor *ft = gguf_tensor_find(ld->f, "rope_freqs.weight");
     if (ft && (ft->type != GGML_TYPE_F32 || ft->ne[0] != (uint64_t)half))
-        return load_fail(ld, "tensor 'rope_freqs.weight' must be F32 with head_dim/2 = %d values", half);
+        return load_fail(ld, "tensor 'rope_freqs.weight' must be F32 with rope.dimension_count/2 = %d values", half);
     const gguf_tensor *fs = gguf_tensor_find(ld->f, "rope_factors_short.weight");
     const gguf_tensor *fl = gguf_tensor_find(ld->f, "rope_factors_long.weight");
     const gguf_tensor *tabs[] = {fs, fl};
     static const char *const tab_names[] = {"rope_factors_short.weight", "rope_factors_long.weight"};
     for (int i = 0; i < 2; i++)
         if (tabs[i] && (tabs[i]->type != GGML_TYPE_F32 || tabs[i]->n_dims != 1 || tabs[i]->ne[0] != (uint64_t)half))
-            return load_fail(ld, "tensor '%s' must be F32 with head_dim/2 = %d values", tab_names[i], half);
+            return load_fail(ld, "tensor '%s' must be F32 with rope.dimension_count/2 = %d values", tab_names[i], half);
     if (!fs != !fl) return load_fail(ld, "LongRoPE needs both rope_factors_short and rope_factors_long");
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
@@ -268,7 +268,7 @@ static int rope_setup(model *m, loader *ld) {
         return load_fail(ld, "YaRN with yarn_log_multiplier (DeepSeek's attention factor) is unsupported");
     double y_low = 0, y_high = 0;
     if (kind == YARN && !ft) {
-        yarn_range(m->head_dim, orig, base, arch_float(ld, m->arch, "rope.scaling.yarn_beta_fast", 32.0f),
+        yarn_range(m->n_rot, orig, base, arch_float(ld, m->arch, "rope.scaling.yarn_beta_fast", 32.0f),
                    arch_float(ld, m->arch, "rope.scaling.yarn_beta_slow", 1.0f), &y_low, &y_high);
         m->attn.mscale = factor > 1 ? 1.0f + 0.1f * logf(factor) : 1.0f;
     }
@@ -276,12 +276,12 @@ static int rope_setup(model *m, loader *ld) {
     if (kind == LONGROPE) {
         if (!(m->inv_freq_long = malloc((size_t)half * sizeof(float)))) return load_fail(ld, "out of memory");
         for (int i = 0; i < half; i++)
-            m->inv_freq_long[i] = (float)(pow(base, -2.0 * i / m->head_dim) / ((const float *)fl->data)[i]);
+            m->inv_freq_long[i] = (float)(pow(base, -2.0 * i / m->n_rot) / ((const float *)fl->data)[i]);
     }
     float attn_factor = arch_float(ld, m->arch, "rope.scaling.attn_factor", 1.0f);
     if (kind != YARN && attn_factor != 1.0f) m->attn.mscale = attn_factor; /* llama.cpp's rope_attn_factor */
     for (int i = 0; i < half; i++) {
-        double f = pow(base, -2.0 * i / m->head_dim);
+        double f = pow(base, -2.0 * i / m->n_rot);
         if (kind == LONGROPE) {
             f /= ((const float *)fs->data)[i];
         } else if (ft) {
@@ -329,10 +329,10 @@ static int gemma_setup(model *m, loader *ld) {
         if (v < 0 || v > m->n_layers) return load_fail(ld, "metadata '%s' = %lld is out of range", key, (long long)v);
         period = (int)v;
     }
-    int half = m->head_dim / 2;
+    int half = m->n_rot / 2;
     float base = arch_float(ld, m->arch, "rope.freq_base_swa", 10000.0f);
     if (!(m->inv_freq_swa = malloc((size_t)half * sizeof(float)))) return load_fail(ld, "out of memory");
-    for (int i = 0; i < half; i++) m->inv_freq_swa[i] = (float)pow(base, -2.0 * i / m->head_dim);
+    for (int i = 0; i < half; i++) m->inv_freq_swa[i] = (float)pow(base, -2.0 * i / m->n_rot);
     m->attn_swa = m->attn;
     m->attn_swa.inv_freq = m->inv_freq_swa;
     m->attn_swa.mscale = 0;
@@ -369,10 +369,9 @@ static int read_hparams(model *m, loader *ld) {
     if (m->n_heads % m->n_kv_heads)
         return load_fail(ld, "head_count %d is not a multiple of head_count_kv %d", m->n_heads, m->n_kv_heads);
     if (m->head_dim % 2 || m->head_dim > 1024) return load_fail(ld, "unsupported head size %d", m->head_dim);
-    int n_rot = m->head_dim;
-    if (arch_int(ld, m->arch, "rope.dimension_count", m->head_dim, &n_rot)) return -1;
-    if (n_rot != m->head_dim)
-        return load_fail(ld, "partial rotary embeddings (rope.dimension_count %d, head size %d) are unsupported", n_rot,
+    if (arch_int(ld, m->arch, "rope.dimension_count", m->head_dim, &m->n_rot)) return -1;
+    if (m->n_rot % 2 || m->n_rot > m->head_dim) /* fewer: partial rotary (Phi-4-mini), the rest passes through */
+        return load_fail(ld, "rope.dimension_count %d must be even and at most the head size %d", m->n_rot,
                          m->head_dim);
     m->eps = arch_float(ld, m->arch, "attention.layer_norm_rms_epsilon", 1e-5f);
     m->q_dim = m->n_heads * m->head_dim;
@@ -380,6 +379,7 @@ static int read_hparams(model *m, loader *ld) {
     m->attn.n_heads = m->n_heads;
     m->attn.n_kv_heads = m->n_kv_heads;
     m->attn.head_dim = m->head_dim;
+    m->attn.n_rot = m->n_rot;
     m->attn.neox = m->family->neox;
     const gguf_tensor *emb = gguf_tensor_find(ld->f, "token_embd.weight");
     if (!emb || emb->n_dims != 2) return load_fail(ld, "missing 2-D tensor 'token_embd.weight'");

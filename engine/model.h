@@ -32,9 +32,10 @@ typedef struct {
     const model_arch *family; /* what differs from the Llama block (engine/arch.h) */
     int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, n_vocab, n_ctx_train;
     int q_dim, kv_dim;
+    int n_rot;            /* rotated dimensions of a head (rope.dimension_count; head_dim unless partial) */
     float eps;
     kb_attn_shape attn;   /* heads, rope mode and inverse frequencies */
-    float *inv_freq;      /* head_dim/2 values, owned (LongRoPE: with the short factors) */
+    float *inv_freq;      /* n_rot/2 values, owned (LongRoPE: with the short factors) */
     float *inv_freq_long; /* LongRoPE: with the long factors, owned (NULL otherwise) */
     int rope_orig_ctx;    /* the context the rope was trained for (LongRoPE: long factors beyond it) */
     kb_attn_shape attn_swa; /* the sliding-window layers' (window > 0 when there are any) */

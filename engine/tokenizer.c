@@ -33,6 +33,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <ctype.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -66,6 +67,7 @@ struct tok_vocab {
     float *score;
     uint8_t *type;
     uint8_t *eog;        /* per id: 1 when it ends generation */
+    uint8_t *rstrip;     /* per id: 1 when whitespace after it in the text is dropped (Phi-3), or NULL */
     tok_map by_text;     /* text -> id */
     tok_merge *merges;   /* BPE, by rank */
     int n_merges;
@@ -343,6 +345,13 @@ static const char *pre_regex(const char *pre, int *whole_words) {
     static const char qwen2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
                                 " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
     static const char gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    /* GPT-4o's (Phi-4-mini), in the form llama.cpp runs it: a letter that is not a-z counts as upper
+     * case, one that is not A-Z as lower case (the tokenizer.json form says \p{Lu}, \p{Ll}) */
+    static const char gpt4o[] =
+        "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|"
+        "'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|"
+        "'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+        "\\s+(?!\\S)|\\s+";
     *whole_words = 0;
     if (!pre || !strcmp(pre, "default") || !strcmp(pre, "gpt2") || !strcmp(pre, "gpt-2")) return gpt2;
     if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "llama-v3")) {
@@ -351,6 +360,7 @@ static const char *pre_regex(const char *pre, int *whole_words) {
     }
     if (!strcmp(pre, "smaug-bpe")) return llama3;
     if (!strcmp(pre, "qwen2")) return qwen2;
+    if (!strcmp(pre, "gpt-4o")) return gpt4o;
     return NULL;
 }
 
@@ -431,6 +441,8 @@ static int load_bpe(tok_vocab *v, const gguf_file *f, char *err, size_t errlen) 
     return 0;
 }
 
+static int phi3_rstrip(tok_vocab *v, const gguf_file *f);
+
 /* Returns a new vocabulary for F (the caller frees it with tok_vocab_free;
  * it copies what it needs, so F may be closed first), or NULL with
  * "PATH: problem" in ERR. */
@@ -480,12 +492,37 @@ tok_vocab *tok_vocab_load(const gguf_file *f, char *err, size_t errlen) {
     if (gguf_kv_get_bool(f, "tokenizer.ggml.add_bos_token", &flag) == 1) v->add_bos = flag;
     if (gguf_kv_get_bool(f, "tokenizer.ggml.add_space_prefix", &flag) == 1) v->add_space_prefix = flag;
     if (v->bos < 0) v->add_bos = 0;
+    if (phi3_rstrip(v, f)) {
+        load_err(f, err, errlen, "out of memory loading %d tokens", v->n);
+        goto fail;
+    }
     free(model);
     return v;
 fail:
     free(model);
     tok_vocab_free(v);
     return NULL;
+}
+
+/* Phi-3's special tokens take the whitespace after them (its tokenizer's
+ * rstrip, which llama.cpp applies to files whose general.name says phi-3
+ * or phi3): every special token but <unk>, <s> and <|endoftext|>, and </s>.
+ * Returns 0, or -1 when out of memory. */
+static int phi3_rstrip(tok_vocab *v, const gguf_file *f) {
+    char *name = gguf_kv_get_str(f, "general.name");
+    int phi3 = 0;
+    for (char *c = name; c && *c; c++) *c = (char)tolower((unsigned char)*c);
+    if (name) phi3 = strstr(name, "phi-3") || strstr(name, "phi3");
+    free(name);
+    if (!phi3) return 0;
+    if (!(v->rstrip = calloc((size_t)v->n, 1))) return -1;
+    for (uint32_t k = 0; k < v->special_at[256]; k++) v->rstrip[v->special[k]] = 1;
+    static const char *const on[] = {"</s>"}, *const off[] = {"<unk>", "<s>", "<|endoftext|>"};
+    int32_t id = text_find(v, on[0], strlen(on[0]));
+    if (id >= 0) v->rstrip[id] = 1;
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if ((id = text_find(v, off[i], strlen(off[i]))) >= 0) v->rstrip[id] = 0;
+    return 0;
 }
 
 /* Frees V and everything it owns; NULL is allowed. */
@@ -497,6 +534,7 @@ void tok_vocab_free(tok_vocab *v) {
     free(v->score);
     free(v->type);
     free(v->eog);
+    free(v->rstrip);
     free(v->special);
     free(v->merges);
     map_free(&v->by_text);
@@ -832,6 +870,8 @@ static int encode(const tok_vocab *v, const char *text, size_t len, int add_bos,
         emit(&w, sp);
         prefix = first_prefix && v->add_space_prefix;
         i += v->len[sp];
+        if (v->rstrip && v->rstrip[sp])
+            while (i < len && strchr(" \t\n\v\f\r", text[i]) && text[i]) i++;
         start = i;
     }
     if (!w.failed) encode_fragment(&w, text + start, len - start, prefix);

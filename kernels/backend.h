@@ -59,10 +59,11 @@ typedef struct {
 typedef struct {
     int n_heads, n_kv_heads, head_dim;
     int neox;           /* 1: rotate (x[i], x[i+d/2]) pairs; 0: adjacent (x[2i], x[2i+1]) */
-    const float *inv_freq; /* head_dim/2 inverse frequencies (host memory) */
+    const float *inv_freq; /* n_rot/2 inverse frequencies (host memory) */
     float mscale;       /* YaRN: the rotation's cos and sin are multiplied by this (0: by 1) */
     float scale;        /* of the scores q.k (0: 1/sqrt(head_dim)) */
     int window;         /* sliding window: a query sees the last WINDOW positions, its own included (0: all) */
+    int n_rot;          /* the first n_rot dimensions of a head rotate, the rest pass through (0: head_dim) */
 } kb_attn_shape;
 
 /* What the scratch of one request must hold (reserve). */

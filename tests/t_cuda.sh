@@ -4,7 +4,8 @@
 # five architectures (qwen2 has q/k/v biases and NEOX rope; qwen3 per-head
 # Q/K norms and here a head size of 96, not dim/heads; YaRN scales the rope;
 # gemma3 a scaled embedding, post-norms, GeGLU and here a sliding window of 4
-# on every other layer; phi3 fused QKV and gate-up tensors, LongRoPE),
+# on every other layer; phi3 fused QKV and gate-up tensors, LongRoPE and
+# here 48 of 64 dimensions rotated),
 # grouped-query attention, a tied head, row widths that fill whole K-quant blocks. For
 # each: logits of a prompt through the cuBLAS path and decode steps through
 # the own kernels within the tolerance test_cuda.c states, an F16 KV cache,
@@ -36,7 +37,7 @@ for spec in llama:F32 llama:F16 llama:BF16 llama:Q8_0 llama:Q4_0 llama:Q4_K llam
     *:tied) extra="--tied" ;;
     *:yarn) extra="--rope-scaling yarn --rope-orig-ctx 64" ;;
     *:swa) extra="--window 4 --swa-pattern 2" ;;
-    *:longrope) extra="--longrope --rope-orig-ctx 64" ;;
+    *:longrope) extra="--longrope --rope-orig-ctx 64 --rot 48" ;;
     esac
     [ "$arch" = qwen3 ] && extra="$extra --head-dim 96"
     out="$work/synthetic-$arch-$type$(echo "${rest#"$type"}" | tr : -).gguf"
@@ -47,7 +48,7 @@ for spec in llama:F32 llama:F16 llama:BF16 llama:Q8_0 llama:Q4_0 llama:Q4_K llam
     fi
     models="$models${models:+,}$out"
 done
-echo "ok - synthetic models written: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (llama), Q8_0 and tied F16 (qwen2, qwen3, gemma3), Q8_0 with YaRN (qwen3), Q8_0 with a sliding window (gemma3), Q8_0 and F16 with LongRoPE (phi3)"
+echo "ok - synthetic models written: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (llama), Q8_0 and tied F16 (qwen2, qwen3, gemma3), Q8_0 with YaRN (qwen3), Q8_0 with a sliding window (gemma3), Q8_0 and F16 with LongRoPE and partial rotary (phi3)"
 "$prog" --models "$models"
 if [ -x "$dir/test_cuda" ]; then
     # a real GPU: the same checks on the device; without one it only reports the skip

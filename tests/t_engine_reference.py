@@ -123,6 +123,9 @@ CASES = [
      dict(SMALL, type="F16", layers=3, arch="phi3", longrope=True, rope_orig_ctx=1024), None),
     ("F32 phi3 LongRoPE, context 128 beyond the original 32: long factors, attention factor",
      dict(SMALL, type="F32", layers=3, arch="phi3", longrope=True, rope_orig_ctx=32), None),
+    ("F32 phi3 partial rotary (12 of 16 dimensions, Phi-4-mini's 3/4) with LongRoPE",
+     dict(SMALL, type="F32", layers=3, arch="phi3", rot=12, longrope=True, rope_orig_ctx=32), None),
+    ("Q8_0 llama partial rotary (8 of 16 dimensions, adjacent pairs)", dict(SMALL, type="Q8_0", layers=2, rot=8), None),
 ]
 
 

@@ -75,6 +75,10 @@ CASES = [
      dict(SMALL, type="F16", layers=3, arch="phi3", longrope=True, rope_orig_ctx=1024)),
     ("phi3 F32, LongRoPE beyond the original 32 positions (long factors)",
      dict(SMALL, type="F32", layers=3, arch="phi3", longrope=True, rope_orig_ctx=32)),
+    ("phi3 F32, partial rotary (12 of 16 dimensions, Phi-4-mini's 3/4)",
+     dict(SMALL, type="F32", layers=3, arch="phi3", rot=12, longrope=True, rope_orig_ctx=32)),
+    ("phi3 F32 as Phi-4-mini (gpt-4o BPE vocabulary, partial rotary, LongRoPE)",
+     dict(SMALL, type="F32", layers=3, arch="phi3", phi4=True, rot=12, longrope=True, rope_orig_ctx=32)),
 ]
 
 

@@ -12,6 +12,8 @@ that scripts/model/make_synthetic.py writes into that family's files (determinis
   fallback, Gemma's special ids and turn tokens. gemma3-synthetic.inp: leading, repeated and
   trailing spaces, newlines and tabs, byte-fallback characters, the turn tokens' texts as plain
   text, a literal U+2581.
+- phi4 (phi3 files with Phi-4-mini's vocabulary): byte-level BPE with the gpt-4o pre-tokenizer, in
+  the form llama.cpp runs it; phi4-synthetic.inp holds qwen3's texts and a few of mixed case.
 - phi3: Llama 2's SentencePiece (space prefix, byte fallback; the real Llama 2 vocabulary has its
   own vectors) with Phi-3's added turn tokens, whose texts stay plain text here.
 Each NAME-synthetic.out holds the ids llama.cpp's llama-tokenize gave for each text (--no-bos
@@ -28,8 +30,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "scripts", "model"))
 import make_synthetic  # noqa: E402
 
 SEP = "\n__ggml_vocab_test__\n"
-# (arch, vocabulary size, name in messages)
-FAMILIES = [("qwen3", 2048, "Qwen"), ("gemma3", 1024, "Gemma"), ("phi3", 1024, "Phi-3")]
+# (vectors' name, arch, vocabulary size, name in messages, make_synthetic keywords)
+FAMILIES = [("qwen3", "qwen3", 2048, "Qwen", {}), ("gemma3", "gemma3", 1024, "Gemma", {}),
+            ("phi3", "phi3", 1024, "Phi-3", {}), ("phi4", "phi3", 2048, "Phi-4-mini (gpt-4o)", {"phi4": True})]
 
 
 def llama_ids(tokenize, vocab, text):
@@ -38,12 +41,12 @@ def llama_ids(tokenize, vocab, text):
     return " ".join(t.strip() for t in p.stdout.decode().strip().strip("[]").split(",") if t.strip())
 
 
-def check_family(prog, arch, n_vocab, name):
+def check_family(prog, tag, arch, n_vocab, name, extra):
     """Checks one family's vectors; returns the number of failures."""
-    prefix = os.path.join(HERE, "data", "tokenizer", arch + "-synthetic")
-    vocab = os.path.join(os.environ.get("TESTS_TMP", "/tmp"), arch + "-vocab.gguf")
+    prefix = os.path.join(HERE, "data", "tokenizer", tag + "-synthetic")
+    vocab = os.path.join(os.environ.get("TESTS_TMP", "/tmp"), tag + "-vocab.gguf")
     make_synthetic.make_model(vocab, arch=arch, type="F16", layers=1, dim=32, heads=2, kv_heads=1, ffn=32,
-                              vocab=n_vocab)
+                              vocab=n_vocab, **extra)
     failed = 0
     tokenize = os.environ.get("LLAMA_TOKENIZE", "")
     if tokenize and os.access(tokenize, os.X_OK):
@@ -52,7 +55,7 @@ def check_family(prog, arch, n_vocab, name):
         ok = live == open(prefix + ".out", encoding="utf-8").read()
         failed += not ok
         print("%s - %s tokenizer vectors: tests/data/tokenizer/%s-synthetic.out is what llama-tokenize gives "
-              "(%d texts)" % ("ok" if ok else "not ok", name, arch, len(texts) - 1))
+              "(%d texts)" % ("ok" if ok else "not ok", name, tag, len(texts) - 1))
     else:
         print("skip - %s tokenizer vectors against a live llama-tokenize: set LLAMA_TOKENIZE" % name)
     p = subprocess.run([prog], env=dict(os.environ, VOCAB=vocab, VECTORS=prefix), capture_output=True, text=True)

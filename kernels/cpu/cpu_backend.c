@@ -470,7 +470,7 @@ static void rope_angles(cpu_impl *c, const kb_attn_shape *s, int half, int i, in
 static void cpu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
     if (op_begin(kb, "rope")) return;
     cpu_impl *c = impl_of(kb);
-    int hd = s->head_dim, half = hd / 2;
+    int hd = s->head_dim, half = (s->n_rot ? s->n_rot : hd) / 2; /* partial rotary: dimensions past 2 half stay */
     if (half > c->rope_half) {
         kb_fail(kb, "rope: head size %d is more than the scratch reserved", hd);
         return;

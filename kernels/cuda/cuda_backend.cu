@@ -268,12 +268,13 @@ KGLOBAL void k_rmsnorm(const float *__restrict__ x, const float *__restrict__ g,
     for (int k = threadIdx.x; k < dim; k += blockDim.x) oi[k] = fmul_rn(fmul_rn(xi[k], sc), g[k]);
 }
 
-/* One block per row (position pos0 + row): rotates every head. */
-KGLOBAL void k_rope(float *__restrict__ x, int n_heads, int hd, int neox, const float *__restrict__ inv_freq, int pos0,
-                    float mscale) {
+/* One block per row (position pos0 + row): rotates the first NROT
+ * dimensions of every head of HD (the rest pass through). */
+KGLOBAL void k_rope(float *__restrict__ x, int n_heads, int hd, int nrot, int neox, const float *__restrict__ inv_freq,
+                    int pos0, float mscale) {
     SMEM float cs[512];
     SMEM float sn[512];
-    int half = hd / 2;
+    int half = nrot / 2;
     for (int k = threadIdx.x; k < half; k += blockDim.x) {
         double th = (double)(pos0 + (int)blockIdx.x) * (double)inv_freq[k];
         cs[k] = fmul_rn((float)cos(th), mscale);
@@ -1084,14 +1085,14 @@ static const float *rope_freqs(cu_impl *c, const float *inv, int half) {
 
 static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
     cu_impl *c = impl_of(kb);
-    int half = s->head_dim / 2;
+    int nrot = s->n_rot ? s->n_rot : s->head_dim, half = nrot / 2;
     if (n <= 0) return;
     if (half > c->inv_cap) return report(c, "rope", "head size larger than the scratch reserved");
     const float *freqs = rope_freqs(c, s->inv_freq, half);
     if (!freqs) return;
     int threads = n_heads * half >= 256 ? 256 : 32 * ((n_heads * half + 31) / 32);
-    launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, s->neox, freqs,
-           pos0, s->mscale != 0 ? s->mscale : 1.0f);
+    launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, nrot, s->neox,
+           freqs, pos0, s->mscale != 0 ? s->mscale : 1.0f);
 }
 
 static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,

@@ -23,7 +23,8 @@ ffn_gate), a SentencePiece vocabulary with <|endoftext|> as EOS and the
 <|system|>, <|user|>, <|assistant|>, <|end|> turn tokens as its last five
 (no BOS added), Phi-3's chat template, and with --longrope the LongRoPE
 tables rope_factors_short/long.weight with phi3.rope.scaling.attn_factor and
-original_context_length (--rope-orig-ctx).
+original_context_length (--rope-orig-ctx); with --phi4, Phi-4-mini's byte-level BPE vocabulary
+(pre-tokenizer gpt-4o), its turn tokens and template (give --rot for its partial rotary).
 
 A scripted model (script=[(TEXT, NEXT_TEXT), ...], Python only) answers by
 rote: its layers add nothing (attn_output and ffn_down are zero) and its
@@ -66,8 +67,14 @@ import ilpd_gguf as gguf  # noqa: E402
 DEFAULTS = dict(type="F32", arch="llama", layers=4, dim=64, heads=4, kv_heads=2,
                 ffn=128, vocab=320, ctx=256, seed=0, tied=False, rope_base=None,
                 llama3_rope_scaling=False, rope_scaling=None, rope_orig_ctx=None, name=None,
-                head_dim=None, script=None, extra_kv=None, drop=(), window=0, swa_pattern=None, longrope=False)
+                head_dim=None, script=None, extra_kv=None, drop=(), window=0, swa_pattern=None, longrope=False, rot=None, phi4=False)
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
+PHI4_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "
+                 "message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + "
+                 "message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + "
+                 "message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+                 "{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
+PHI4_SPECIALS = ("<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>", "<|/tool|>")
 PHI3_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
                  "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}"
                  "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
@@ -264,6 +271,24 @@ def _write_phi3_tokenizer(w, vocab):
     return tokens
 
 
+def _write_phi4_tokenizer(w, vocab):
+    """Add Phi-4-mini's tokenizer metadata (phi3 files with phi4=True): byte-level BPE with the gpt-4o
+    pre-tokenizer, <|endoftext|> as BOS and EOS (not added), its turn tokens as the last seven, its
+    template; returns the token texts."""
+    tokens, types, merges = bpe_vocab(vocab)
+    tokens[-len(PHI4_SPECIALS):], types[-len(PHI4_SPECIALS):] = list(PHI4_SPECIALS), [3] * len(PHI4_SPECIALS)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "gpt-4o")
+    w.add_array("tokenizer.ggml.tokens", tokens, "str")
+    w.add_array("tokenizer.ggml.token_type", types, "i32")
+    w.add_array("tokenizer.ggml.merges", merges, "str")
+    w.add_u32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.add_u32("tokenizer.ggml.eos_token_id", tokens.index("<|endoftext|>"))
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.add_string("tokenizer.chat_template", PHI4_TEMPLATE)
+    return tokens
+
+
 def _write_qwen_tokenizer(w, vocab):
     """Add Qwen's byte-level BPE tokenizer metadata as llama.cpp's converter writes it (qwen3 files):
     BOS = padding = <|endoftext|> (not added), EOS = <|im_end|>, the ChatML template with thinking;
@@ -292,8 +317,8 @@ def _check_shape(s):
         raise ValueError("head_dim other than dim / heads is for qwen3 and gemma3 only")
     if (s["window"] or s["swa_pattern"] is not None) and s["arch"] != "gemma3":
         raise ValueError("a sliding window is for gemma3 only")
-    if s["longrope"] and s["arch"] != "phi3":
-        raise ValueError("LongRoPE is for phi3 only")
+    if (s["longrope"] or s["phi4"]) and s["arch"] != "phi3":
+        raise ValueError("LongRoPE and phi4 are for phi3 only")
     if s["heads"] % s["kv_heads"]:
         raise ValueError("heads must be a multiple of kv-heads")
     if (s["head_dim"] or s["dim"] // s["heads"]) % 2:
@@ -330,7 +355,9 @@ def make_model(path, **shape):
 
     w = gguf.Writer(path)
     w.add_string("general.architecture", arch)
-    w.add_string("general.name", s["name"] or "synthetic-%s-%s" % (arch, gguf.TYPE_NAMES[wtype]))
+    # llama.cpp treats files named phi-3/phi3 as Phi-3 (rstrip on its special tokens); Phi-4-mini's are not
+    w.add_string("general.name", s["name"] or "synthetic-%s-%s" % ("phi4-mini" if s["phi4"] else arch,
+                                                                   gguf.TYPE_NAMES[wtype]))
     w.add_u32(arch + ".block_count", n_layer)
     w.add_u32(arch + ".context_length", s["ctx"])
     w.add_u32(arch + ".embedding_length", dim)
@@ -339,7 +366,10 @@ def make_model(path, **shape):
     w.add_u32(arch + ".attention.head_count_kv", s["kv_heads"])
     w.add_f32(arch + ".rope.freq_base", s["rope_base"])
     w.add_f32(arch + ".attention.layer_norm_rms_epsilon", eps)
-    w.add_u32(arch + ".rope.dimension_count", head_dim)
+    rot = s["rot"] or head_dim  # rotated dimensions of a head: fewer is partial rotary (Phi-4-mini: 3/4)
+    if rot % 2 or rot > head_dim:
+        raise ValueError("rot must be even and at most the head size")
+    w.add_u32(arch + ".rope.dimension_count", rot)
     if s["rope_scaling"] in ("linear", "llama3", "yarn"):
         # the keys alone (llama.cpp's converter writes rope_freqs.weight for llama3 instead)
         w.add_string(arch + ".rope.scaling.type", s["rope_scaling"])
@@ -367,7 +397,7 @@ def make_model(path, **shape):
         w.add_f32(arch + ".rope.scaling.attn_factor", math.sqrt(1 + math.log(scale) / math.log(orig_ctx)))
         w.add_u32(arch + ".rope.scaling.original_context_length", orig_ctx)
     tokens = {"qwen3": _write_qwen_tokenizer, "gemma3": _write_gemma_tokenizer,
-              "phi3": _write_phi3_tokenizer}.get(arch, _write_spm_tokenizer)(w, vocab)
+              "phi3": _write_phi4_tokenizer if s["phi4"] else _write_phi3_tokenizer}.get(arch, _write_spm_tokenizer)(w, vocab)
     script = [(tokens.index(a), tokens.index(b)) for a, b in s["script"] or ()]
     if script and s["tied"]:
         raise ValueError("a scripted model needs its own output head (not tied)")
@@ -430,9 +460,9 @@ def make_model(path, **shape):
     if not s["tied"]:
         matrix("output.weight", vocab, dim, out_scale, scripted_head if script else None)
     if s["llama3_rope_scaling"]:
-        put("rope_freqs.weight", llama3_rope_factors(head_dim, s["rope_base"], orig_ctx), gguf.F32)
+        put("rope_freqs.weight", llama3_rope_factors(rot, s["rope_base"], orig_ctx), gguf.F32)
     if s["longrope"]:  # Phi-3's tables: short factors near 1, long ones growing to ~ctx/orig for slow pairs
-        ramp = np.linspace(0.0, 1.0, head_dim // 2, dtype=np.float32)
+        ramp = np.linspace(0.0, 1.0, rot // 2, dtype=np.float32)
         put("rope_factors_short.weight", (1.0 + 0.05 * ramp).astype(np.float32), gguf.F32)
         put("rope_factors_long.weight", (1.0 + (s["ctx"] / orig_ctx - 1.0) * ramp ** 2).astype(np.float32), gguf.F32)
     for i in range(n_layer):
@@ -487,6 +517,8 @@ def main(argv=None):
     ap.add_argument("--kv-heads", type=int, default=DEFAULTS["kv_heads"])
     ap.add_argument("--ffn", type=int, default=DEFAULTS["ffn"])
     ap.add_argument("--head-dim", type=int, default=None, help="qwen3, gemma3: head size (default dim / heads)")
+    ap.add_argument("--phi4", action="store_true", help="phi3: Phi-4-mini's vocabulary and template")
+    ap.add_argument("--rot", type=int, default=None, help="rotated dimensions per head (default: the head size)")
     ap.add_argument("--longrope", action="store_true", help="phi3: LongRoPE factor tables (see --rope-orig-ctx)")
     ap.add_argument("--window", type=int, default=0, help="gemma3: sliding window of the local layers (0: none)")
     ap.add_argument("--swa-pattern", type=int, default=None, help="gemma3: every this-many-th layer is global")
@@ -511,7 +543,7 @@ def main(argv=None):
                        ctx=a.ctx, seed=a.seed, tied=a.tied, rope_base=a.rope_base,
                        llama3_rope_scaling=a.llama3_rope_scaling, name=a.name, head_dim=a.head_dim,
                        rope_scaling=a.rope_scaling, rope_orig_ctx=a.rope_orig_ctx, window=a.window,
-                       swa_pattern=a.swa_pattern, longrope=a.longrope)
+                       swa_pattern=a.swa_pattern, longrope=a.longrope, rot=a.rot, phi4=a.phi4)
     except ValueError as e:
         print("make_synthetic: %s" % e, file=sys.stderr)
         return 1

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Gemma 3 and Phi-3 through the real server, on synthetic files (scripts/model/make_synthetic.py):
-gemma3 with 8 layers and a sliding window of 4 positions on all but layer 5, phi3 with 8 layers,
-fused tensors and LongRoPE; each with its family's vocabulary ids and template.
+"""Gemma 3, Phi-3 and Phi-4-mini through the real server, on synthetic files
+(scripts/model/make_synthetic.py): gemma3 with 8 layers and a sliding window of 4 positions on all but
+layer 5, phi3 with 8 layers, fused tensors and LongRoPE, and phi3 as Phi-4-mini (its gpt-4o BPE
+vocabulary and template, 12 of 16 dimensions rotated); each with its family's vocabulary and template.
 
 Per family: `ilpd inspect` names the family and what sets it apart; the prompt the server builds
 for a system prompt and a user message has exactly the tokens of the family's template text
@@ -39,9 +40,14 @@ FAMILIES = {
                             "window:        4 positions on 7 of 8 layers (rope base 10000", "chat template: gemma"]),
     "phi3": dict(shape=dict(type="Q8_0", arch="phi3", layers=N_LAYERS, longrope=True, rope_orig_ctx=64),
                  text="<|system|>\nBe brief.<|end|>\n<|user|>\n%s<|end|>\n<|assistant|>\n" % PROMPT,
-                 end="<|end|>",
+                 end="<|end|>", last="<|assistant|>",  # its newline goes with it (Phi-3's rstrip)
                  inspect=["architecture:  phi3", "q/k/v fused (attn_qkv, split at load)", "gate and up fused in ffn_up",
                           "LongRoPE (short factors up to 64 positions of context, long beyond", "chat template: phi3"]),
+    "phi4-mini": dict(shape=dict(type="Q8_0", arch="phi3", layers=N_LAYERS, phi4=True, rot=12, longrope=True,
+                                 rope_orig_ctx=64, vocab=2048),
+                      text="<|system|>Be brief.<|end|><|user|>%s<|end|><|assistant|>" % PROMPT,
+                      end="<|end|>", last="<|assistant|>", space="\u0120",
+                      inspect=["architecture:  phi3", "tokenizer:     gpt2 (pre: gpt-4o)", "chat template: phi4"]),
 }
 
 
@@ -73,7 +79,8 @@ def text_of(o):
 
 def scripted(tmp, arch, fam):
     model = os.path.join(tmp, arch + "-scripted.gguf")
-    script = [("<0x0A>", "\u2581once"), ("\u2581once", "\u2581upon"), ("\u2581upon", fam["end"])]
+    last, sp = fam.get("last", "<0x0A>"), fam.get("space", "\u2581")  # the template's last token, the space mark
+    script = [(last, sp + "once"), (sp + "once", sp + "upon"), (sp + "upon", fam["end"])]
     make_synthetic.make_model(model, seed=3, script=script, **fam["shape"])
     run = subprocess.run([ILPD, "inspect", "-m", model], capture_output=True, text=True)
     check(run.returncode == 0 and all(w in run.stdout for w in fam["inspect"]),
@@ -84,7 +91,7 @@ def scripted(tmp, arch, fam):
         st, _, o = s.json("POST", "/v1/messages/count_tokens", body)
         run = subprocess.run([ILPD, "tokenize", "-m", model, fam["text"]], capture_output=True, text=True)
         want = len(run.stdout.split()) if run.returncode == 0 else -1
-        check(st == 200 and o.get("input_tokens") == want and want > 20,
+        check(st == 200 and o.get("input_tokens") == want and want > 10,
               "%s: count_tokens is the template's text for a system prompt and a message (%d tokens)" % (arch, want),
               (st, o, want, run.stderr[-200:]))
         st, _, o = ask(s, "off", system="Be brief.")

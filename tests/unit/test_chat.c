@@ -200,6 +200,14 @@ static void test_phi3(void) {
           "phi3: <|end|> closes each turn (not the tokenizer's EOS), the assistant turn is opened");
     CHECK(renders(CHAT_FAMILY_PHI3, NULL, prefill, 2, "<|user|>\nCount<|end|>\n<|assistant|>\n1, 2,"),
           "phi3: an assistant prefill is left open");
+    static const char phi4_template[] =
+        "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}";
+    CHECK(chat_family_detect(phi4_template) == CHAT_FAMILY_PHI4 && chat_family_parse("phi4") == CHAT_FAMILY_PHI4,
+          "phi4 detected (<|end|> and <|assistant|>, the role spliced in) and named");
+    CHECK(renders(CHAT_FAMILY_PHI4, "Be brief.", turns, 3,
+                  "<|system|>Be brief.<|end|><|user|>Hi<|end|><|assistant|>Hello!<|end|><|user|>Bye<|end|><|assistant|>"),
+          "phi4: Phi-4-mini's turns, no newlines");
 }
 
 static void test_zephyr(void) {

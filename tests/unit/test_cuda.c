@@ -363,7 +363,7 @@ static void check_rope(pair p, int neox, float mscale) {
     float x[N * H * HD], rg[N * H * HD], rc[N * H * HD], inv[HD / 2];
     for (int i = 0; i < N * H * HD; i++) x[i] = unif();
     for (int k = 0; k < HD / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / HD);
-    kb_attn_shape s = {H, H, HD, neox, inv, mscale, 0, 0};
+    kb_attn_shape s = {H, H, HD, neox, inv, mscale, 0, 0, 0};
     float *xg = dev_from(p.g, x, N * H * HD), *xc = dev_from(p.c, x, N * H * HD);
     p.g->rope(p.g, xg, N, H, &s, 1000);
     p.c->rope(p.c, xc, N, H, &s, 1000);
@@ -394,7 +394,7 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
     }
     float inv[512];
     for (int k = 0; k < hd / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / hd);
-    kb_attn_shape s = {H, KVH, hd, 0, inv, 0, window ? 0.2f : 0, window};
+    kb_attn_shape s = {H, KVH, hd, 0, inv, 0, window ? 0.2f : 0, window, 0};
     size_t kvb = kb_kv_bytes(kt, ctx, kvd);
     kb_kv cg = {p.g->alloc(p.g, kvb), p.g->alloc(p.g, kvb), kt, ctx, kvd, hd};
     kb_kv cc = {p.c->alloc(p.c, kvb), p.c->alloc(p.c, kvb), kt, ctx, kvd, hd};
@@ -809,7 +809,7 @@ static void run_all(kb_backend *g, const char *models) {
                                           GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
                                           GGML_TYPE_Q5_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
         /* rows and widths of the operation checks below, heads up to 128 wide */
-        kb_attn_shape heads = {16, 16, 128, 0, NULL, 0, 0, 0};
+        kb_attn_shape heads = {16, 16, 128, 0, NULL, 0, 0, 0, 0};
         kb_scratch_shape sh = {64, 1024, 128, &heads};
         if (g->reserve(g, &sh) || c->reserve(c, &sh)) CHECK(0, TAG ": reserve");
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {

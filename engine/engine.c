@@ -206,7 +206,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     if (p->chat_template && *p->chat_template) {
         int f = chat_family_parse(p->chat_template);
         if (f < 0) {
-            snprintf(err, errlen, "unknown chat template '%s' (llama2, llama3, chatml, qwen3, zephyr, plain)",
+            snprintf(err, errlen, "unknown chat template '%s' (llama2, llama3, chatml, qwen3, zephyr, gemma, phi3, phi4, plain)",
                      p->chat_template);
             goto fail;
         }

@@ -517,9 +517,9 @@ static int phi3_rstrip(tok_vocab *v, const gguf_file *f) {
     if (!phi3) return 0;
     if (!(v->rstrip = calloc((size_t)v->n, 1))) return -1;
     for (uint32_t k = 0; k < v->special_at[256]; k++) v->rstrip[v->special[k]] = 1;
-    static const char *const on[] = {"</s>"}, *const off[] = {"<unk>", "<s>", "<|endoftext|>"};
-    int32_t id = text_find(v, on[0], strlen(on[0]));
+    int32_t id = text_find(v, "</s>", 4);
     if (id >= 0) v->rstrip[id] = 1;
+    static const char *const off[] = {"<unk>", "<s>", "<|endoftext|>"};
     for (size_t i = 0; i < sizeof off / sizeof *off; i++)
         if ((id = text_find(v, off[i], strlen(off[i]))) >= 0) v->rstrip[id] = 0;
     return 0;

@@ -216,19 +216,31 @@ def bpe_vocab(vocab):
     return tokens, types, merges
 
 
-def _write_spm_tokenizer(w, vocab):
-    """Add the SentencePiece-style tokenizer metadata (llama, qwen2 files); returns the token texts."""
-    tokens, scores, types = spm_vocab(vocab)
+def _write_spm_metadata(w, tokens, scores, types, bos, eos, unk, add_bos, template=None, pad=None,
+                        space_prefix=None):
+    """Add SentencePiece-style tokenizer metadata for the vocabulary given; returns the token texts."""
     w.add_string("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", tokens, "str")
     w.add_array("tokenizer.ggml.scores", scores, "f32")
     w.add_array("tokenizer.ggml.token_type", types, "i32")
-    w.add_u32("tokenizer.ggml.bos_token_id", 1)
-    w.add_u32("tokenizer.ggml.eos_token_id", 2)
-    w.add_u32("tokenizer.ggml.unknown_token_id", 0)
-    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_u32("tokenizer.ggml.bos_token_id", bos)
+    w.add_u32("tokenizer.ggml.eos_token_id", eos)
+    w.add_u32("tokenizer.ggml.unknown_token_id", unk)
+    if pad is not None:
+        w.add_u32("tokenizer.ggml.padding_token_id", pad)
+    w.add_bool("tokenizer.ggml.add_bos_token", add_bos)
     w.add_bool("tokenizer.ggml.add_eos_token", False)
+    if space_prefix is not None:
+        w.add_bool("tokenizer.ggml.add_space_prefix", space_prefix)
+    if template:
+        w.add_string("tokenizer.chat_template", template)
     return tokens
+
+
+def _write_spm_tokenizer(w, vocab):
+    """Add the SentencePiece-style tokenizer metadata (llama, qwen2 files); returns the token texts."""
+    tokens, scores, types = spm_vocab(vocab)
+    return _write_spm_metadata(w, tokens, scores, types, bos=1, eos=2, unk=0, add_bos=True)
 
 
 def _write_gemma_tokenizer(w, vocab):
@@ -237,19 +249,8 @@ def _write_gemma_tokenizer(w, vocab):
     tokens, scores, types = spm_vocab(vocab)
     tokens[:3], types[:3] = ["<pad>", "<eos>", "<bos>"], [3, 3, 3]
     tokens[-3:], types[-3:], scores[-3:] = ["<unk>", "<start_of_turn>", "<end_of_turn>"], [2, 3, 3], [0.0] * 3
-    w.add_string("tokenizer.ggml.model", "llama")
-    w.add_array("tokenizer.ggml.tokens", tokens, "str")
-    w.add_array("tokenizer.ggml.scores", scores, "f32")
-    w.add_array("tokenizer.ggml.token_type", types, "i32")
-    w.add_u32("tokenizer.ggml.bos_token_id", 2)
-    w.add_u32("tokenizer.ggml.eos_token_id", 1)
-    w.add_u32("tokenizer.ggml.unknown_token_id", len(tokens) - 3)
-    w.add_u32("tokenizer.ggml.padding_token_id", 0)
-    w.add_bool("tokenizer.ggml.add_bos_token", True)
-    w.add_bool("tokenizer.ggml.add_eos_token", False)
-    w.add_bool("tokenizer.ggml.add_space_prefix", False)
-    w.add_string("tokenizer.chat_template", GEMMA_TEMPLATE)
-    return tokens
+    return _write_spm_metadata(w, tokens, scores, types, bos=2, eos=1, unk=len(tokens) - 3, add_bos=True,
+                               template=GEMMA_TEMPLATE, pad=0, space_prefix=False)
 
 
 def _write_phi3_tokenizer(w, vocab):
@@ -258,17 +259,8 @@ def _write_phi3_tokenizer(w, vocab):
     tokens, scores, types = spm_vocab(vocab)
     extra = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
     tokens[-5:], types[-5:], scores[-5:] = extra, [3] * 5, [0.0] * 5
-    w.add_string("tokenizer.ggml.model", "llama")
-    w.add_array("tokenizer.ggml.tokens", tokens, "str")
-    w.add_array("tokenizer.ggml.scores", scores, "f32")
-    w.add_array("tokenizer.ggml.token_type", types, "i32")
-    w.add_u32("tokenizer.ggml.bos_token_id", 1)
-    w.add_u32("tokenizer.ggml.eos_token_id", tokens.index("<|endoftext|>"))
-    w.add_u32("tokenizer.ggml.unknown_token_id", 0)
-    w.add_bool("tokenizer.ggml.add_bos_token", False)
-    w.add_bool("tokenizer.ggml.add_eos_token", False)
-    w.add_string("tokenizer.chat_template", PHI3_TEMPLATE)
-    return tokens
+    return _write_spm_metadata(w, tokens, scores, types, bos=1, eos=tokens.index("<|endoftext|>"), unk=0,
+                               add_bos=False, template=PHI3_TEMPLATE)
 
 
 def _write_phi4_tokenizer(w, vocab):

@@ -4,6 +4,7 @@ Server(args) picks a free port, starts the binary in $ILPD, waits for
 /health and stops it with SIGTERM. request() returns (status, headers, body);
 sse() parses an event stream into (event, data) pairs.
 """
+import hashlib
 import http.client
 import json
 import os
@@ -93,6 +94,22 @@ def sse(body):
         if ev or data:
             events.append((ev, data))
     return events
+
+
+PROBE_FEATURES = ["norm_growth", "norm_step", "cos_mean", "cos_std", "maxprob", "entropy", "log_len"]
+
+
+def write_fixed_probe(model, path, n_layers, k, skip):
+    """Write a probe bound to MODEL's SHA-256 that skips every layer in SKIP whatever the prompt: w = 0,
+    b = 10 (P(can do without) ~ 1), and features standardised by a huge std so any prompt is in range."""
+    sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
+    eye = [[1.0 if i == j else 0.0 for j in range(7)] for i in range(7)]
+    probe = {"format": "ilpd-probe-2", "model_sha256": sha, "n_layers": n_layers, "k": k, "features": PROBE_FEATURES,
+             "feature_mean": [0.0] * 7, "feature_std": [1e6] * 7, "threshold": 0.5, "confidence_floor": 0.4,
+             "z_max": 4, "distance_max": 5, "feature_precision": eye, "parameters": 8 * len(skip),
+             "candidates": [{"layer": l, "w": [0.0] * 7, "b": 10.0} for l in skip]}
+    with open(path, "w") as f:
+        json.dump(probe, f)
 
 
 class Checks:

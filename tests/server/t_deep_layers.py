@@ -12,8 +12,6 @@ ignored, a byte 2 invalid); lossless mode answers exactly what full depth answer
 mask as its draft (drafting whenever it can: test_draft_always); approximate mode answers what the
 engine's reference-checked masked forward gives (ilpd generate with the same per-layer mask)."""
 import base64
-import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -21,25 +19,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "model"))
 import make_synthetic  # noqa: E402
-from ilpd_server import ILPD, Checks, Server  # noqa: E402
+from ilpd_server import ILPD, Checks, Server, write_fixed_probe  # noqa: E402
 
 check = Checks()
 N_LAYERS, K = 40, 3
 SKIP = (10, 11, 15, 20, 21)
-FEATURES = ["norm_growth", "norm_step", "cos_mean", "cos_std", "maxprob", "entropy", "log_len"]
 PROMPT = "the cat saw a big dog"
-
-
-def write_probe(model, path):
-    """A probe whose every candidate layer is skipped: w = 0, b = 10 (P(can do without) ~ 1), and
-    features standardised by a huge std so that any prompt is in range."""
-    sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
-    eye = [[1.0 if i == j else 0.0 for j in range(7)] for i in range(7)]
-    probe = {"format": "ilpd-probe-2", "model_sha256": sha, "n_layers": N_LAYERS, "k": K, "features": FEATURES,
-             "feature_mean": [0.0] * 7, "feature_std": [1e6] * 7, "threshold": 0.5, "confidence_floor": 0.4,
-             "z_max": 4, "distance_max": 5, "feature_precision": eye, "parameters": 8 * len(SKIP),
-             "candidates": [{"layer": l, "w": [0.0] * 7, "b": 10.0} for l in SKIP]}
-    json.dump(probe, open(path, "w"))
 
 
 def wire(layers_on):
@@ -73,7 +58,7 @@ def main():
     tmp = os.environ.get("TESTS_TMP", "/tmp")
     model, probe = os.path.join(tmp, "deep40.gguf"), os.path.join(tmp, "deep40-probe.json")
     make_synthetic.make_model(model, type="Q8_0", layers=N_LAYERS, seed=40)
-    write_probe(model, probe)
+    write_fixed_probe(model, probe, N_LAYERS, K, SKIP)
     probe_wire = wire(per_layer(SKIP))
     s = Server("--probe", probe, "--test-draft-always", "1", model=model)
     try:

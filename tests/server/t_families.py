@@ -14,7 +14,6 @@ x-layer-mask is the probe's mask, approximate mode answers what the engine's ref
 masked forward gives (ilpd generate with the same mask), lossless mode exactly what full depth
 answers, with the probe's mask as its draft."""
 import base64
-import hashlib
 import json
 import os
 import subprocess
@@ -23,12 +22,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "model"))
 import make_synthetic  # noqa: E402
-from ilpd_server import ILPD, Checks, Server  # noqa: E402
+from ilpd_server import ILPD, Checks, Server, write_fixed_probe  # noqa: E402
 
 check = Checks()
 N_LAYERS, K = 8, 2
 SKIP = (3, 6)
-FEATURES = ["norm_growth", "norm_step", "cos_mean", "cos_std", "maxprob", "entropy", "log_len"]
 PROMPT = "the cat saw a big dog"
 # per family: the file's shape, the template's text for system "Be brief." and PROMPT, the end of a
 # turn, and what inspect must print
@@ -49,17 +47,6 @@ FAMILIES = {
                       end="<|end|>", last="<|assistant|>", space="\u0120",
                       inspect=["architecture:  phi3", "tokenizer:     gpt2 (pre: gpt-4o)", "chat template: phi4"]),
 }
-
-
-def write_probe(model, path):
-    """A probe that skips every candidate (w = 0, b = 10), any prompt in range (a huge std)."""
-    sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
-    eye = [[1.0 if i == j else 0.0 for j in range(7)] for i in range(7)]
-    probe = {"format": "ilpd-probe-2", "model_sha256": sha, "n_layers": N_LAYERS, "k": K, "features": FEATURES,
-             "feature_mean": [0.0] * 7, "feature_std": [1e6] * 7, "threshold": 0.5, "confidence_floor": 0.4,
-             "z_max": 4, "distance_max": 5, "feature_precision": eye, "parameters": 8 * len(SKIP),
-             "candidates": [{"layer": l, "w": [0.0] * 7, "b": 10.0} for l in SKIP]}
-    json.dump(probe, open(path, "w"))
 
 
 def per_layer(skip):
@@ -112,7 +99,7 @@ def scripted(tmp, arch, fam):
 def skipping(tmp, arch, fam):
     model, probe = os.path.join(tmp, arch + "-8.gguf"), os.path.join(tmp, arch + "-8-probe.json")
     make_synthetic.make_model(model, seed=8, **fam["shape"])
-    write_probe(model, probe)
+    write_fixed_probe(model, probe, N_LAYERS, K, SKIP)
     wire = bytes(per_layer(SKIP) + [0] * (32 - N_LAYERS))
     s = Server("--probe", probe, "--test-draft-always", "1", model=model)
     try:

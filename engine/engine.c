@@ -46,6 +46,8 @@ struct engine {
     grammar_vocab *gvocab;  /* the token pieces for constrained decoding, built at the first use */
     spec_costs spec_cost;   /* lossless mode's cost model, measured at its first request */
     int spec_cost_ready;
+    spec_memory spec_mem;   /* what lossless requests learnt of their drafts */
+    spec_lookup lookup;     /* earlier answers, for drafts (cap 0: off) */
     pcache *pcache;         /* the prompt cache, or NULL (off) */
 };
 
@@ -269,6 +271,8 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     }
     probe_find(e, p);
     if (p->prompt_cache_bytes && !(e->pcache = pcache_new(p->prompt_cache_bytes))) goto oom;
+    if (p->draft_cache_tokens > 0 && spec_lookup_init(&e->lookup, p->draft_cache_tokens < 64 ? 64 : p->draft_cache_tokens))
+        goto oom;
     return e;
 oom:
     snprintf(err, errlen, "%s: out of memory", p->model_path);
@@ -285,6 +289,7 @@ void engine_close(engine *e) {
     }
     grammar_vocab_free(e->gvocab);
     pcache_free(e->pcache);
+    spec_lookup_free(&e->lookup);
     tok_vocab_free(e->vocab);
     gguf_close(e->gguf);
     probe_free(&e->probe);
@@ -652,7 +657,7 @@ static int decide_mask(engine *e, model_state *st, int n, int pos0, probe_sums *
                         : res->n_skipped                                     ? ENGINE_LAYERS_ACTIVE
                                                                              : ENGINE_LAYERS_FULL;
     memcpy(res->mask, final, (size_t)L);
-    if (lossless) spec_init(sp, L, final, order, n_order, n_skip, &e->spec_cost);
+    if (lossless) spec_init(sp, L, final, order, n_order, n_skip, &e->spec_cost, &e->spec_mem);
     char err[256];
     if (model_state_set_mask(st, m, e->kb, lossless ? full : final, err, sizeof err)) {
         snprintf(res->error, sizeof res->error, "%s", err);
@@ -849,8 +854,21 @@ static int pick_speculative(gen *g, int32_t tok, int32_t *out, int *n_out) {
     int32_t draft[SPEC_K_MAX];
     int room = g->gp->max_tokens - res->n_generated - 1, k;
     if (g->n_ctx - 1 - g->pos < room) room = g->n_ctx - 1 - g->pos;
-    int ng = room > 0 ? spec_ngram(g->hist, g->n_hist, draft, SPEC_K_MAX) : 0;
-    spec_source src = spec_plan(g->spec, res->n_generated, ng, room, &k);
+    /* an n-gram draft: from this request's text or, when that matches
+     * fewer tokens, from earlier answers */
+    int32_t cached[SPEC_K_MAX];
+    int g_own = 0, g_cache = 0;
+    int ng = room > 0 ? spec_ngram(g->hist, g->n_hist, draft, SPEC_K_MAX, &g_own) : 0;
+    int nc = room > 0 && !g->gp->lookup_off
+                 ? spec_lookup_find(&g->e->lookup, g->gp->cache_key, g->hist, g->n_hist, cached, SPEC_K_MAX, &g_cache)
+                 : 0;
+    spec_source nsrc = SPEC_NGRAM;
+    if (nc > 0 && (g_cache > g_own || (g_cache == g_own && nc > ng))) {
+        memcpy(draft, cached, (size_t)nc * sizeof *draft);
+        ng = nc;
+        nsrc = SPEC_LOOKUP;
+    }
+    spec_source src = spec_plan(g->spec, res->n_generated, nsrc, ng, room, &k);
     int rc;
     if (src == SPEC_PLAIN) {
         rc = pick_plain(g, tok, out, n_out);
@@ -1119,6 +1137,8 @@ restart: /* without the cache, when its entry lacks a layer this request compute
     res->n_tool_calls = answer_tool_calls(&ans);
     if (res->reason == ENGINE_STOP_EOS && res->n_tool_calls) res->reason = ENGINE_STOP_TOOL_USE;
     if (use_cache && cache_store(e, &st, prompt, n_prompt, gp, &sums, krow)) res->n_cache_created = 0;
+    if (!gp->lookup_off) spec_lookup_add(&e->lookup, gp->cache_key, prompt, n_prompt, g.hist + n_prompt, g.n_hist - n_prompt);
+    if (g.spec) spec_finish(&spec, res->n_generated, &e->spec_mem);
     goto done;
 oom:
     snprintf(res->error, sizeof res->error, "out of memory");

@@ -55,6 +55,10 @@ typedef struct {
     /* The prompt cache (engine/prefix_cache.h): bytes of recent prompts' KV
      * kept for the requests that start with them (0: off). */
     size_t prompt_cache_bytes;
+    /* Lossless mode's lookup cache (engine/speculate.h): tokens of recent
+     * answers kept as n-gram drafts for later requests of the same tenant
+     * (0: off). */
+    int draft_cache_tokens;
 } engine_params;
 
 /* What the layer-skipping machinery did for a request (x-layer-status). */
@@ -147,6 +151,10 @@ typedef struct {
     uint64_t cache_key;
     double cache_ttl_s;
     int cache_hint, cache_off;
+    /* 1: the answer neither drafts from the lookup cache nor is kept in it
+     * (ilpd eval's reference runs, so that a prompt never drafts from its
+     * own answer). */
+    int lookup_off;
     /* The request enables thinking (the Messages API's thinking field). A
      * model that thinks between <think> and </think> tokens (Qwen3) has its
      * thoughts handed to on_thinking then, and dropped otherwise: they never

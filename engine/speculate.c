@@ -2,6 +2,7 @@
 #include "engine/speculate.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SPEC_WINDOW 24       /* layer-drafted tokens between changes of the mask */
@@ -14,7 +15,7 @@ static void mask_build(spec_state *s) {
 }
 
 void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip,
-               const spec_costs *cost) {
+               const spec_costs *cost, const spec_memory *mem) {
     memset(s, 0, sizeof *s);
     s->n_layers = n_layers;
     memcpy(s->mask, mask, (size_t)n_layers);
@@ -24,9 +25,17 @@ void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *orde
         s->n_skip = n_skip;
     }
     s->cost = *cost;
-    s->rate[SPEC_NGRAM] = 0.4; /* priors: an n-gram that matched, a draft the probe chose */
-    s->rate[SPEC_LAYERS] = 0.8;
-    for (int i = 0; i < SPEC_N_SOURCES; i++) s->explore_gap[i] = SPEC_EXPLORE;
+    s->mem = *mem;
+    static const double prior[SPEC_N_SOURCES] = {[SPEC_NGRAM] = 0.4, [SPEC_LOOKUP] = 0.4, [SPEC_LAYERS] = 0.8};
+    for (int i = 0; i < SPEC_N_SOURCES; i++) {
+        if (s->mem.rate[i] <= 0) s->mem.rate[i] = prior[i];
+        if (s->mem.explore_gap[i] <= 0) s->mem.explore_gap[i] = SPEC_EXPLORE;
+    }
+}
+
+void spec_finish(const spec_state *s, int n_generated, spec_memory *mem) {
+    *mem = s->mem;
+    mem->clock += n_generated;
 }
 
 /* A layer draft step's cost: the head and the layers the mask computes. */
@@ -46,7 +55,7 @@ static double best_k(const spec_state *s, spec_source src, int kmax, double c, i
     double best = 0;
     *k = 0;
     for (int j = 1; j <= kmax; j++) {
-        double y = spec_yield(s->rate[src], j, c, s->cost.vcost);
+        double y = spec_yield(s->mem.rate[src], j, c, s->cost.vcost);
         if (y > best) {
             best = y;
             *k = j;
@@ -55,35 +64,36 @@ static double best_k(const spec_state *s, spec_source src, int kmax, double c, i
     return best;
 }
 
-spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, int *k) {
+spec_source spec_plan(spec_state *s, int n_generated, spec_source ngram_src, int ngram_len, int room, int *k) {
     int kn = 0, kl = 0;
     *k = 0;
     if (room < 1) return SPEC_PLAIN;
     int kmax = room < SPEC_K_MAX ? room : SPEC_K_MAX;
-    double yn = ngram_len > 0 ? best_k(s, SPEC_NGRAM, ngram_len < kmax ? ngram_len : kmax, 0, &kn) : 0;
+    double yn = ngram_len > 0 ? best_k(s, ngram_src, ngram_len < kmax ? ngram_len : kmax, 0, &kn) : 0;
     double c = draft_step_cost(s);
     int layers = 0; /* a mask that skips nothing drafts nothing */
     for (int l = 0; l < s->n_layers; l++) layers |= !s->mask[l];
     double yl = layers ? best_k(s, SPEC_LAYERS, kmax, c, &kl) : 0;
     /* a source left unused for a while is tried once more, briefly */
-    int explore_n = ngram_len > 0 && n_generated - s->last_used[SPEC_NGRAM] >= s->explore_gap[SPEC_NGRAM];
-    int explore_l = layers && n_generated - s->last_used[SPEC_LAYERS] >= s->explore_gap[SPEC_LAYERS];
+    long long now = s->mem.clock + n_generated;
+    int explore_n = ngram_len > 0 && now - s->mem.last_used[ngram_src] >= s->mem.explore_gap[ngram_src];
+    int explore_l = layers && now - s->mem.last_used[SPEC_LAYERS] >= s->mem.explore_gap[SPEC_LAYERS];
     if (yn >= SPEC_MARGIN && yn >= yl) {
         *k = kn;
-        s->explore_gap[SPEC_NGRAM] = SPEC_EXPLORE;
-        return SPEC_NGRAM;
+        s->mem.explore_gap[ngram_src] = SPEC_EXPLORE;
+        return ngram_src;
     }
     if (yl >= SPEC_MARGIN) {
         *k = kl;
-        s->explore_gap[SPEC_LAYERS] = SPEC_EXPLORE;
+        s->mem.explore_gap[SPEC_LAYERS] = SPEC_EXPLORE;
         return SPEC_LAYERS;
     }
     if (explore_n || explore_l) {
-        spec_source src = explore_n ? SPEC_NGRAM : SPEC_LAYERS;
-        s->last_used[src] = n_generated;
-        if (s->explore_gap[src] < 16 * SPEC_EXPLORE) s->explore_gap[src] *= 2;
+        spec_source src = explore_n ? ngram_src : SPEC_LAYERS;
+        s->mem.last_used[src] = now;
+        if (s->mem.explore_gap[src] < 16 * SPEC_EXPLORE) s->mem.explore_gap[src] *= 2;
         *k = 2 < kmax ? 2 : kmax;
-        if (src == SPEC_NGRAM && *k > ngram_len) *k = ngram_len;
+        if (src != SPEC_LAYERS && *k > ngram_len) *k = ngram_len;
         return src;
     }
     return SPEC_PLAIN;
@@ -108,19 +118,19 @@ int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int n
     s->verifications++;
     s->drafted += drafted;
     s->accepted += accepted;
-    s->last_used[src] = n_generated;
+    s->mem.last_used[src] = s->mem.clock + n_generated;
     /* per-token rate: a rejection ends the draft, so the tokens seen are
      * the accepted ones plus the rejected one */
     int seen = accepted < drafted ? accepted + 1 : drafted;
     double r = (double)accepted / seen;
-    s->rate[src] = (1 - SPEC_EMA) * s->rate[src] + SPEC_EMA * r;
+    s->mem.rate[src] = (1 - SPEC_EMA) * s->mem.rate[src] + SPEC_EMA * r;
     if (src != SPEC_LAYERS) return 0;
     s->win_drafted += drafted;
     s->win_accepted += accepted;
     return adapt_mask(s);
 }
 
-int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out) {
+int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out, int *gp) {
     for (int g = SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
         if (n <= g) continue;
         const int32_t *tail = hist + n - g;
@@ -129,6 +139,115 @@ int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out) {
             if (memcmp(hist + i, tail, (size_t)g * sizeof *hist)) continue;
             int m = n - (i + g) < max_out ? n - (i + g) : max_out;
             memcpy(out, hist + i + g, (size_t)m * sizeof *out);
+            if (gp) *gp = g;
+            return m;
+        }
+    }
+    return 0;
+}
+
+/* The index slot of OWNER's G tokens T (a hash of all three: tenants do not
+ * take each other's slots). */
+static int64_t *lookup_slot(const spec_lookup *c, uint64_t owner, const int32_t *t, int g) {
+    uint64_t h = (owner + (uint64_t)g) * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < g; i++) {
+        h = (h ^ (uint32_t)t[i]) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+    }
+    h = (h ^ (h >> 32)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    return &c->slot[h & (uint64_t)(c->n_slot - 1)];
+}
+
+#define LOOKUP_G (SPEC_NGRAM_MAX - SPEC_NGRAM_MIN + 1) /* gram lengths indexed */
+
+int spec_lookup_init(spec_lookup *c, int cap) {
+    memset(c, 0, sizeof *c);
+    int n_slot = 1;
+    while (n_slot < 8 * cap) n_slot *= 2; /* three grams per token: few overwrite another gram's slot */
+    c->tok = malloc((size_t)cap * sizeof *c->tok);
+    c->owner = malloc((size_t)cap * sizeof *c->owner);
+    c->prev = malloc((size_t)cap * LOOKUP_G * sizeof *c->prev);
+    c->slot = calloc((size_t)n_slot, sizeof *c->slot);
+    if (!c->tok || !c->owner || !c->prev || !c->slot || cap <= SPEC_NGRAM_MAX) {
+        spec_lookup_free(c);
+        return -1;
+    }
+    c->cap = cap;
+    c->n_slot = n_slot;
+    return 0;
+}
+
+void spec_lookup_free(spec_lookup *c) {
+    free(c->tok);
+    free(c->owner);
+    free(c->prev);
+    free(c->slot);
+    memset(c, 0, sizeof *c);
+}
+
+/* Writes one token (-1: the end of an answer) at the next position. A
+ * token of the answer (INDEX) becomes the latest continuation of the grams
+ * before it in the same answer and its context; the slot's earlier
+ * continuation is linked from it. */
+static void lookup_push(spec_lookup *c, uint64_t owner, int32_t t, int index) {
+    int64_t p = c->n++;
+    c->tok[p % c->cap] = t;
+    c->owner[p % c->cap] = owner;
+    int64_t *prev = c->prev + (size_t)(p % c->cap) * LOOKUP_G;
+    for (int i = 0; i < LOOKUP_G; i++) prev[i] = 0;
+    if (t < 0 || !index) return;
+    int32_t gram[SPEC_NGRAM_MAX];
+    for (int g = 1; g <= SPEC_NGRAM_MAX && p - g >= 0; g++) {
+        int32_t u = c->tok[(p - g) % c->cap];
+        if (u < 0) break; /* a gram never spans two answers */
+        gram[SPEC_NGRAM_MAX - g] = u;
+        if (g < SPEC_NGRAM_MIN) continue;
+        int64_t *slot = lookup_slot(c, owner, gram + SPEC_NGRAM_MAX - g, g);
+        prev[g - SPEC_NGRAM_MIN] = *slot;
+        *slot = p + 1;
+    }
+}
+
+void spec_lookup_add(spec_lookup *c, uint64_t owner, const int32_t *ctx, int n_ctx, const int32_t *tok, int n) {
+    if (!c->cap || n < 1) return;
+    if (n_ctx > SPEC_NGRAM_MAX - 1) {
+        ctx += n_ctx - (SPEC_NGRAM_MAX - 1);
+        n_ctx = SPEC_NGRAM_MAX - 1;
+    }
+    for (int i = 0; i < n_ctx; i++) lookup_push(c, owner, ctx[i], 0);
+    for (int i = 0; i < n; i++) lookup_push(c, owner, tok[i], 1);
+    lookup_push(c, owner, -1, 0);
+}
+
+/* 1 when P (1 + the position after a gram, from a slot or a link) is
+ * OWNER's continuation of the G tokens T and not yet overwritten. */
+static int lookup_valid(const spec_lookup *c, int64_t p1, uint64_t owner, const int32_t *t, int g) {
+    int64_t p = p1 - 1;
+    if (p < 0 || p - g < c->n - c->cap || c->owner[p % c->cap] != owner) return 0;
+    for (int i = 0; i < g; i++)
+        if (c->tok[(p - g + i) % c->cap] != t[i]) return 0;
+    return 1;
+}
+
+int spec_lookup_find(const spec_lookup *c, uint64_t owner, const int32_t *hist, int n, int32_t *out, int max_out,
+                     int *gp) {
+    if (!c->cap) return 0;
+    for (int g = SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
+        if (n < g) continue;
+        const int32_t *t = hist + n - g;
+        int64_t p1 = *lookup_slot(c, owner, t, g);
+        if (!lookup_valid(c, p1, owner, t, g)) continue; /* empty, overwritten, or another gram's */
+        int64_t p = p1 - 1, q1 = c->prev[(size_t)(p % c->cap) * LOOKUP_G + (g - SPEC_NGRAM_MIN)];
+        int64_t q = lookup_valid(c, q1, owner, t, g) ? q1 - 1 : -1; /* the occurrence before */
+        int m = 0, agree = 0;
+        for (; m < max_out && p + m < c->n && c->tok[(p + m) % c->cap] >= 0; m++) {
+            out[m] = c->tok[(p + m) % c->cap];
+            if (q >= 0 && agree == m && q + m < p && c->tok[(q + m) % c->cap] == out[m]) agree++;
+        }
+        if (q >= 0 && m > agree + 1) m = agree + 1; /* up to where the two latest differ, and one guess */
+        if (m > 0) {
+            *gp = g;
             return m;
         }
     }

@@ -9,7 +9,10 @@
  *    ranking of the candidate layers says which go first; how many are
  *    skipped follows the acceptance rate;
  *  - n-grams (prompt lookup): the tokens that followed the latest earlier
- *    occurrence of the text's last 2..4 tokens, in the prompt or the answer.
+ *    occurrence of the text's last 2..4 tokens, in the prompt or the answer;
+ *  - n-grams of earlier answers (the lookup cache, spec_lookup: llama.cpp's
+ *    lookup decoding keeps such a cache), which is where structured answers
+ *    find their repeated skeleton ({"category": "...", "confidence": ...}).
  * Greedy decoding keeps a drafted token when it is the full model's argmax;
  * sampling keeps it with probability min(1, p/q) and otherwise draws from
  * the normalised residual max(0, p - q), so that every token has exactly
@@ -46,7 +49,7 @@
 #define SPEC_MARGIN 1.10          /* expected speed-up a draft must promise over plain decoding */
 #define SPEC_EXPLORE 24           /* tokens after which an unused source is tried again */
 
-typedef enum { SPEC_PLAIN, SPEC_NGRAM, SPEC_LAYERS, SPEC_N_SOURCES } spec_source;
+typedef enum { SPEC_PLAIN, SPEC_NGRAM, SPEC_LOOKUP, SPEC_LAYERS, SPEC_N_SOURCES } spec_source;
 
 /* What drafting costs on this engine, in decode steps. */
 typedef struct {
@@ -55,15 +58,24 @@ typedef struct {
     double head;                   /* the output head's share */
 } spec_costs;
 
+/* What the drafts of each source earned, kept from request to request (so
+ * that a short answer starts from what earlier ones learnt). Times are on a
+ * clock of the tokens that lossless requests generated. */
+typedef struct {
+    double rate[SPEC_N_SOURCES];           /* moving average of the per-token acceptance (0: the built-in prior) */
+    long long last_used[SPEC_N_SOURCES];   /* clock when the source last drafted */
+    int explore_gap[SPEC_N_SOURCES];       /* tokens before an unused source is tried again (0: SPEC_EXPLORE;
+                                              doubles while it does not pay) */
+    long long clock;
+} spec_memory;
+
 typedef struct {
     int n_layers;
     uint8_t mask[MASK_MAX_LAYERS]; /* the draft mask (layer drafts) */
     int order[MASK_MAX_LAYERS];    /* candidate layers, the most skippable first */
     int n_order, n_skip;           /* the first n_skip of ORDER are skipped; n_order 0: the mask is fixed */
     spec_costs cost;
-    double rate[SPEC_N_SOURCES];   /* moving average of the per-token acceptance */
-    int last_used[SPEC_N_SOURCES]; /* n_generated when the source last drafted */
-    int explore_gap[SPEC_N_SOURCES]; /* tokens before an unused source is tried again (doubles while it does not pay) */
+    spec_memory mem;               /* rates and exploration, from and back to the engine's */
     int win_drafted, win_accepted; /* layer drafts since the mask last changed */
     int drafted, accepted, verifications; /* totals (drafts of both sources) */
 } spec_state;
@@ -72,16 +84,21 @@ typedef struct {
  * mask; ORDER/N_ORDER the candidate layers the most skippable first and
  * N_SKIP of them skipped in MASK, or N_ORDER 0 when the mask may not change
  * (forced, or a client's hint applied). A mask that skips nothing means no
- * layer drafts. COST: the engine's costs (copied). */
+ * layer drafts. COST: the engine's costs (copied). MEM: what earlier
+ * requests learnt (zeros: nothing yet). */
 void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *order, int n_order, int n_skip,
-               const spec_costs *cost);
+               const spec_costs *cost, const spec_memory *mem);
 
-/* What to do next, after N_GENERATED tokens: SPEC_NGRAM (an n-gram draft
- * of NGRAM_LEN tokens is at hand), SPEC_LAYERS (the draft mask skips
- * layers) or SPEC_PLAIN, whichever the cost model expects to be fastest.
- * *K gets the number of tokens to draft (at most ROOM, the tokens that may
- * still be generated minus one). */
-spec_source spec_plan(spec_state *s, int n_generated, int ngram_len, int room, int *k);
+/* At the end of a request that generated N_GENERATED tokens: what it
+ * learnt goes back to MEM. */
+void spec_finish(const spec_state *s, int n_generated, spec_memory *mem);
+
+/* What to do next, after N_GENERATED tokens: NGRAM_SRC (SPEC_NGRAM or
+ * SPEC_LOOKUP: an n-gram draft of NGRAM_LEN tokens is at hand), SPEC_LAYERS
+ * (the draft mask skips layers) or SPEC_PLAIN, whichever the cost model
+ * expects to be fastest. *K gets the number of tokens to draft (at most
+ * ROOM, the tokens that may still be generated minus one). */
+spec_source spec_plan(spec_state *s, int n_generated, spec_source ngram_src, int ngram_len, int room, int *k);
 
 /* Records a verification from SRC (not SPEC_PLAIN) after N_GENERATED
  * tokens: DRAFTED tokens proposed, ACCEPTED of them kept. Adapts the
@@ -95,8 +112,42 @@ double spec_yield(double a, int k, double c, const double *vcost);
 
 /* Prompt lookup: finds the latest earlier occurrence of the last g tokens
  * of HIST (g from SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN) and copies the
- * tokens that followed it (at most MAX_OUT) into OUT. Returns how many. */
-int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out);
+ * tokens that followed it (at most MAX_OUT) into OUT. Returns how many;
+ * *G (may be NULL) gets g. */
+int spec_ngram(const int32_t *hist, int n, int32_t *out, int max_out, int *g);
+
+/* The lookup cache: the latest answers, each after the last tokens of its
+ * prompt, cap tokens in a ring (-1 between answers), each token with its
+ * tenant, and an index from every g-gram (SPEC_NGRAM_MIN <= g <=
+ * SPEC_NGRAM_MAX) to the position after its latest occurrence, which links
+ * to the occurrence before. A draft runs to where those two continuations
+ * part, and one token further (a label that varies from answer to answer
+ * ends the draft). A request only drafts from its own tenant's answers (a
+ * draft's speed must not tell one API key what another was answered). */
+typedef struct {
+    int32_t *tok;    /* cap: the ring */
+    uint64_t *owner; /* cap: the tenant of each token */
+    int64_t *prev;   /* cap x 3: per gram length, the slot's value before this position took it */
+    int64_t *slot;   /* n_slot: 1 + the absolute position after a g-gram; 0: empty */
+    int64_t n;       /* tokens written in all (absolute position of the next) */
+    int cap, n_slot;
+} spec_lookup;
+
+/* Room for CAP tokens (CAP > SPEC_NGRAM_MAX). Returns 0, or -1 when out of memory. */
+int spec_lookup_init(spec_lookup *c, int cap);
+void spec_lookup_free(spec_lookup *c);
+
+/* Keeps the answer TOK (N tokens) of tenant OWNER after the end of its
+ * prompt CTX (N_CTX tokens, of which the last SPEC_NGRAM_MAX - 1 are kept:
+ * the grams that start an answer); the oldest tokens make room. */
+void spec_lookup_add(spec_lookup *c, uint64_t owner, const int32_t *ctx, int n_ctx, const int32_t *tok, int n);
+
+/* Like spec_ngram over the cache: the tokens that followed the latest kept
+ * occurrence (OWNER's) of HIST's last g tokens, g as long as one matches,
+ * up to one past where the occurrence before that one differs. Returns how
+ * many (at most MAX_OUT) went to OUT; *G gets g. */
+int spec_lookup_find(const spec_lookup *c, uint64_t owner, const int32_t *hist, int n, int32_t *out, int max_out,
+                     int *g);
 
 /* Speculative sampling of one drafted token D. P: the full model's
  * distribution (n values, summing to 1); Q: the draft's, or NULL when the

@@ -20,6 +20,7 @@ void cfg_defaults(cfg *c) {
     c->queue = 32;
     c->kv_budget_mb = 4096;
     c->prompt_cache_mb = 512;
+    c->draft_cache_tokens = 65536;
     c->layer_skip = 1;
     c->skip_mode = ENGINE_SKIP_LOSSLESS;
     c->json_depth = 64;
@@ -52,7 +53,7 @@ void cfg_usage(void) {
             "                  [--skip-mode lossless|approximate|off]\n"
             "                  [--log-level debug|info|warn|error] [--shutdown-grace S] [--request-timeout S]\n"
             "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S] [--kv-budget-mb 4096]\n"
-            "                  [--prompt-cache-mb 512]\n"
+            "                  [--prompt-cache-mb 512] [--draft-cache-tokens 65536]\n"
             "Every option has a config-file key of the same name (dashes become underscores): see config/ilpd.conf.\n");
 }
 
@@ -109,6 +110,7 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
     INT_KEY("ctx", ctx, 0, 1 << 24)
     INT_KEY("kv_budget_mb", kv_budget_mb, 0, 1 << 30)
     INT_KEY("prompt_cache_mb", prompt_cache_mb, 0, 1 << 30)
+    INT_KEY("draft_cache_tokens", draft_cache_tokens, 0, 1 << 26)
     INT_KEY("threads", threads, 0, 1024)
     INT_KEY("queue", queue, 1, 100000)
     INT_KEY("json_depth", json_depth, 1, 1000)

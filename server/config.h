@@ -14,7 +14,7 @@
 
 typedef struct {
     char *model, *host, *device, *chat_template, *probe, *probe_dir, *log_level;
-    int port, ctx, kv_budget_mb, prompt_cache_mb, threads, queue, strict_model, layer_skip, kv_f16, json_depth;
+    int port, ctx, kv_budget_mb, prompt_cache_mb, draft_cache_tokens, threads, queue, strict_model, layer_skip, kv_f16, json_depth;
     int skip_mode;           /* engine_skip_mode of requests without x-layer-mode (lossless) */
     size_t max_body_bytes;
     float hint_max_deviation;

@@ -82,7 +82,7 @@ int server_main(int argc, char **argv) {
     }
     log_msg(LOG_INFO, "listening", "http://%s:%d (model loading: /health answers 503 until ready)", c.host, c.port);
     engine_params p = {.model_path = c.model, .n_ctx = c.ctx, .kv_budget = (size_t)c.kv_budget_mb << 20,
-                       .prompt_cache_bytes = (size_t)c.prompt_cache_mb << 20, .n_threads = c.threads, .device = parse_device(c.device),
+                       .prompt_cache_bytes = (size_t)c.prompt_cache_mb << 20, .draft_cache_tokens = c.draft_cache_tokens, .n_threads = c.threads, .device = parse_device(c.device),
                        .chat_template = c.chat_template, .kv_f16 = c.kv_f16, .layer_skip = c.layer_skip,
                        .probe_path = c.probe, .probe_dir = c.probe_dir, .hint_max_deviation = c.hint_max_deviation,
                        .kv_fail_request = c.test_kv_fail_request,

@@ -19,8 +19,10 @@
 
 const char cli_eval_usage[] =
     "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--ppl-text FILE]\n"
-    "                [-t THREADS] [-c CTX] [--max-prompts N] [--draft-always]\n"
-    "                (--draft-always: lossless mode drafts whenever it can, not only when its cost model expects a gain)\n";
+    "                [-t THREADS] [-c CTX] [--max-prompts N] [--draft-always] [--no-draft-cache]\n"
+    "                (--draft-always: lossless mode drafts whenever it can, not only when its cost model expects a gain;\n"
+    "                 --no-draft-cache: no drafts from the answers to earlier prompts, which lossless mode keeps\n"
+    "                 otherwise, as the server does; the full-depth and approximate answers are never kept)\n";
 
 typedef struct {
     char *text;
@@ -57,7 +59,8 @@ static int run_answer(engine *e, const int32_t *prompt, int n, int n_gen, const 
     a->ids.ids = malloc((size_t)n_gen * sizeof *a->ids.ids);
     if (!a->ids.ids) return -1;
     a->ids.cap = n_gen;
-    engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = forced, .skip_mode = mode};
+    engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = forced, .skip_mode = mode,
+                            .lookup_off = mode != ENGINE_SKIP_LOSSLESS};
     engine_callbacks cb = {.on_token = answer_token, .on_text = answer_text, .ud = a};
     engine_generate(e, prompt, n, &gp, &cb, res);
     if (res->reason == ENGINE_STOP_ERROR) return -1;

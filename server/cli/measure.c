@@ -164,7 +164,7 @@ int measure_opts_parse(int argc, char **argv, probe_opts *o) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(a)) return 1;
-        int takes = strcmp(a, "--json") != 0 && strcmp(a, "--draft-always") != 0;
+        int takes = strcmp(a, "--json") != 0 && strcmp(a, "--draft-always") != 0 && strcmp(a, "--no-draft-cache") != 0;
         if (takes && !v) {
             fprintf(stderr, "ilpd: %s needs a value\n", a);
             return -1;
@@ -187,6 +187,7 @@ int measure_opts_parse(int argc, char **argv, probe_opts *o) {
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--draft-always")) o->draft_always = 1;
+        else if (!strcmp(a, "--no-draft-cache")) o->no_draft_cache = 1;
         else {
             fprintf(stderr, "ilpd: unknown option '%s'\n", a);
             return -1;
@@ -208,7 +209,8 @@ int measure_opts_parse(int argc, char **argv, probe_opts *o) {
 engine *measure_engine_open(const probe_opts *o, int with_probe) {
     engine_params p = {.model_path = o->model, .n_threads = o->n_threads, .n_ctx = o->ctx,
                        .device = ENGINE_DEVICE_CPU, .layer_skip = with_probe, .probe_path = with_probe ? o->probe_path : NULL,
-                       .probe_k = o->k, .spec_always = o->draft_always};
+                       .probe_k = o->k, .spec_always = o->draft_always,
+                       .draft_cache_tokens = o->no_draft_cache ? 0 : 65536};
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
     if (!e) fprintf(stderr, "ilpd: %s\n", err);

@@ -24,6 +24,7 @@ typedef struct {
     const char *model, *data, *out, *probe_path, *ppl_text;
     float target, floor, exact_share; /* exact_share > 0: that share of answers must stay identical (see cli_calibrate) */
     int n_gen, n_threads, json, max_prompts, ctx, beam, k; /* k: 0 = the model's default */
+    int no_draft_cache;    /* eval: lossless mode without the lookup cache of earlier answers */
     int draft_always;      /* eval: lossless mode drafts whenever it can (acceptance rates; engine_params.spec_always) */
     double holdout;
     unsigned long long seed;

@@ -32,16 +32,58 @@
 
 static void test_ngram(void) {
     int32_t h[] = {5, 6, 7, 8, 9, 1, 2, 5, 6, 7, 3, 4, 5, 6, 7}, out[8];
-    int n = spec_ngram(h, 15, out, 8);
+    int g = 0, n = spec_ngram(h, 15, out, 8, &g);
     /* tail 5 6 7 (and 4 5 6 7 has no earlier match): latest earlier 5 6 7 is at 7, followed by 3 4 5 6 7 */
     CHECK(n == 5 && out[0] == 3 && out[1] == 4 && out[4] == 7, "prompt lookup: the latest earlier match of the tail (%d tokens, first %d)", n, out[0]);
-    n = spec_ngram(h, 15, out, 2);
+    CHECK(g == 3, "prompt lookup: the matched tail's length (%d)", g);
+    n = spec_ngram(h, 15, out, 2, NULL);
     CHECK(n == 2 && out[0] == 3 && out[1] == 4, "prompt lookup: at most MAX_OUT tokens");
     int32_t none[] = {1, 2, 3, 4, 5, 6};
-    CHECK(spec_ngram(none, 6, out, 8) == 0, "prompt lookup: no repeated n-gram, no draft");
+    CHECK(spec_ngram(none, 6, out, 8, NULL) == 0, "prompt lookup: no repeated n-gram, no draft");
     int32_t two[] = {9, 4, 2, 8, 1, 4, 2};
-    n = spec_ngram(two, 7, out, 8);
+    n = spec_ngram(two, 7, out, 8, NULL);
     CHECK(n == 4 && out[0] == 8 && out[3] == 2, "prompt lookup: a 2-token tail");
+}
+
+/* The lookup cache: earlier answers draft the same tenant's next ones, the
+ * longest matching gram wins, old tokens make room, and grams never span
+ * two answers. */
+static void test_lookup(void) {
+    spec_lookup c;
+    int32_t out[8], g = 0;
+    CHECK(spec_lookup_init(&c, 64) == 0, "lookup cache: init");
+    int32_t a1[] = {10, 11, 12, 13, 14, 2}, a2[] = {10, 11, 20, 21, 2};
+    spec_lookup_add(&c, 7, NULL, 0, a1, 6);
+    int32_t q1[] = {1, 1, 10, 11};
+    int n = spec_lookup_find(&c, 7, q1, 4, out, 8, &g);
+    CHECK(n == 4 && out[0] == 12 && out[3] == 2 && g == 2, "lookup cache: an earlier answer's continuation, to its end (%d, g %d)", n, g);
+    CHECK(spec_lookup_find(&c, 8, q1, 4, out, 8, &g) == 0, "lookup cache: another tenant's answers draft nothing");
+    spec_lookup_add(&c, 7, NULL, 0, a2, 5);
+    n = spec_lookup_find(&c, 7, q1, 4, out, 8, &g);
+    CHECK(n == 1 && out[0] == 20, "lookup cache: the latest occurrence wins, and its draft ends one token after the "
+          "two latest continuations part (%d, first %d)", n, out[0]);
+    int32_t q2[] = {5, 11, 12, 13};
+    n = spec_lookup_find(&c, 7, q2, 4, out, 8, &g);
+    CHECK(n == 2 && out[0] == 14 && g == 3, "lookup cache: the longest matching gram (g %d)", g);
+    int32_t q3[] = {14, 2, 10}; /* 2 ends a1 and 10 starts a2: no gram spans them */
+    CHECK(spec_lookup_find(&c, 7, q3, 3, out, 8, &g) == 0, "lookup cache: no gram across two answers");
+    int32_t filler[60];
+    for (int i = 0; i < 60; i++) filler[i] = 100 + i;
+    spec_lookup_add(&c, 7, NULL, 0, filler, 60);
+    CHECK(spec_lookup_find(&c, 7, q2, 4, out, 8, &g) == 0, "lookup cache: overwritten answers draft nothing");
+    int32_t ctx[] = {1, 2, 3, 40, 41}, a3[] = {50, 51, 52, 2}, q6[] = {9, 40, 41};
+    spec_lookup_add(&c, 7, ctx, 5, a3, 4);
+    n = spec_lookup_find(&c, 7, q6, 3, out, 8, &g);
+    CHECK(n == 4 && out[0] == 50 && g == 2, "lookup cache: the end of the prompt finds the answer's first tokens (%d)", n);
+    int32_t q7[] = {2, 3};
+    CHECK(spec_lookup_find(&c, 7, q7, 2, out, 8, &g) == 0, "lookup cache: only the last prompt tokens are kept, never drafted");
+    int32_t q4[] = {130, 131};
+    n = spec_lookup_find(&c, 7, q4, 2, out, 8, &g);
+    CHECK(n == 8 && out[0] == 132, "lookup cache: at most MAX_OUT tokens (%d)", n);
+    spec_lookup_free(&c);
+    spec_lookup zero = {0};
+    CHECK(spec_lookup_find(&zero, 7, q1, 4, out, 8, &g) == 0, "lookup cache: off (capacity 0) finds nothing");
+    spec_lookup_add(&zero, 7, NULL, 0, a1, 6);
 }
 
 /* The cost model: a draft is used when it is expected to pay, not otherwise;
@@ -57,24 +99,35 @@ static void test_policy(void) {
     uint8_t mask[8] = {1, 1, 0, 0, 0, 0, 0, 1};
     int order[5] = {2, 3, 4, 5, 6}, k;
     spec_state s;
-    spec_init(&s, 8, mask, order, 5, 5, &dear);
-    CHECK(spec_plan(&s, 5, 6, 50, &k) == SPEC_PLAIN && k == 0, "policy: verification as dear as decoding: plain decoding");
-    spec_init(&s, 8, mask, order, 5, 5, &cheap);
-    spec_source src = spec_plan(&s, 5, 6, 50, &k);
+    spec_memory mem = {0};
+    spec_init(&s, 8, mask, order, 5, 5, &dear, &mem);
+    CHECK(spec_plan(&s, 5, SPEC_NGRAM, 6, 50, &k) == SPEC_PLAIN && k == 0, "policy: verification as dear as decoding: plain decoding");
+    spec_init(&s, 8, mask, order, 5, 5, &cheap, &mem);
+    spec_source src = spec_plan(&s, 5, SPEC_NGRAM, 6, 50, &k);
     CHECK(src == SPEC_NGRAM && k >= 2 && k <= 6, "policy: cheap verification and an n-gram at hand: an n-gram draft (k %d)", k);
-    src = spec_plan(&s, 5, 6, 1, &k);
+    src = spec_plan(&s, 5, SPEC_NGRAM, 6, 1, &k);
     CHECK(k == 1, "policy: never more drafts than room for tokens");
-    src = spec_plan(&s, 5, 0, 50, &k);
+    src = spec_plan(&s, 5, SPEC_NGRAM, 0, 50, &k);
     CHECK(src == SPEC_LAYERS && k >= 1, "policy: no n-gram: a layer draft (draft step 0.5 of a decode step, k %d)", k);
     for (int i = 0; i < 8; i++) spec_record(&s, SPEC_NGRAM, 4, 0, 6 + i);
-    src = spec_plan(&s, 14, 6, 50, &k);
-    CHECK(src != SPEC_NGRAM, "policy: n-gram drafts all rejected: no more n-gram drafts (rate %.2f)", s.rate[SPEC_NGRAM]);
+    src = spec_plan(&s, 14, SPEC_NGRAM, 6, 50, &k);
+    CHECK(src != SPEC_NGRAM, "policy: n-gram drafts all rejected: no more n-gram drafts (rate %.2f)", s.mem.rate[SPEC_NGRAM]);
     uint8_t full[8] = {1, 1, 1, 1, 1, 1, 1, 1}; /* no layer drafts: only the n-gram source */
-    spec_init(&s, 8, full, NULL, 0, 0, &dear);
-    int plain = spec_plan(&s, 5, 6, 50, &k) == SPEC_PLAIN;
-    src = spec_plan(&s, 5 + SPEC_EXPLORE, 6, 50, &k);
-    int again = spec_plan(&s, 6 + SPEC_EXPLORE, 6, 50, &k) == SPEC_PLAIN;
+    spec_init(&s, 8, full, NULL, 0, 0, &dear, &mem);
+    int plain = spec_plan(&s, 5, SPEC_NGRAM, 6, 50, &k) == SPEC_PLAIN;
+    src = spec_plan(&s, 5 + SPEC_EXPLORE, SPEC_NGRAM, 6, 50, &k);
+    int again = spec_plan(&s, 6 + SPEC_EXPLORE, SPEC_NGRAM, 6, 50, &k) == SPEC_PLAIN;
     CHECK(plain && src != SPEC_PLAIN && again, "policy: a source that does not pay is still tried once every %d tokens", SPEC_EXPLORE);
+    /* what a request learnt carries over: after n-gram drafts that were all
+     * kept, the next request starts from that rate */
+    spec_init(&s, 8, full, NULL, 0, 0, &cheap, &mem);
+    for (int i = 0; i < 8; i++) spec_record(&s, SPEC_LOOKUP, 4, 4, 2 * (i + 1));
+    spec_finish(&s, 20, &mem);
+    spec_init(&s, 8, full, NULL, 0, 0, &cheap, &mem);
+    CHECK(s.mem.rate[SPEC_LOOKUP] > 0.9 && s.mem.clock == 20, "policy: the next request starts from the rate learnt (%.2f)",
+          s.mem.rate[SPEC_LOOKUP]);
+    src = spec_plan(&s, 1, SPEC_LOOKUP, 7, 50, &k);
+    CHECK(src == SPEC_LOOKUP && k == 7, "policy: a source nearly always kept drafts all it has (k %d)", k);
     double y1 = spec_yield(0.9, 4, 0, cheap.vcost), y2 = spec_yield(0.3, 4, 0, cheap.vcost);
     CHECK(y1 > y2 && y1 > 2.5 && spec_yield(0.9, 4, 0, dear.vcost) < 1, "policy: yield grows with acceptance (%.2f vs %.2f)", y1, y2);
 }
@@ -239,6 +292,40 @@ static void test_greedy_identical(engine *e) {
     for (int i = 0; i < n; i++) free(prompts[i]);
 }
 
+/* The lookup cache on the demo model: answers identical to off whether
+ * drafted from earlier answers or not; a prompt asked again by the same
+ * tenant drafts its whole answer from its first one, and another tenant's
+ * answers draft nothing for a tenant. */
+static void test_lookup_identical(engine *e) {
+    int32_t *prompts[16] = {0};
+    int lens[16], n = load_prompts(e, prompts, lens, 3), bad = 0, acc[3] = {0}, drafted[3] = {0}, verif[3] = {0};
+    run_out *ref = calloc((size_t)n, sizeof *ref);
+    engine_result *rref = calloc((size_t)n, sizeof *rref);
+    for (int i = 0; ref && rref && i < n; i++) {
+        engine_gen_params gp = {.max_tokens = 48, .top_p = 1, .skip_mode = ENGINE_SKIP_OFF, .lookup_off = 1};
+        run(e, prompts[i], lens[i], gp, &ref[i], &rref[i]);
+    }
+    /* pass 0: tenant 1, cold; pass 1: tenant 1 again; pass 2: tenant 2 */
+    for (int pass = 0; ref && rref && pass < 3; pass++)
+        for (int i = 0; i < n; i++) {
+            run_out b;
+            engine_result rb;
+            engine_gen_params gp = {.max_tokens = 48, .top_p = 1, .skip_mode = ENGINE_SKIP_LOSSLESS, .cache_key = pass < 2 ? 1 : 2};
+            run(e, prompts[i], lens[i], gp, &b, &rb);
+            bad += !same(&ref[i], &rref[i], &b, &rb);
+            acc[pass] += rb.n_accepted;
+            drafted[pass] += rb.n_drafted;
+            verif[pass] += rb.n_verifications;
+        }
+    CHECK(bad == 0, "lookup cache: %d answers in 3 passes identical to off", 3 * n - bad);
+    CHECK(acc[1] > acc[0] && acc[1] > 2 * verif[1], "lookup cache: a repeated prompt drafts its answer (kept %d/%d, %d verifications; "
+          "first time %d/%d)", acc[1], drafted[1], verif[1], acc[0], drafted[0]);
+    CHECK(acc[2] < acc[1], "lookup cache: another tenant's answers are not drafted (kept %d/%d)", acc[2], drafted[2]);
+    free(ref);
+    free(rref);
+    for (int i = 0; i < n; i++) free(prompts[i]);
+}
+
 /* Counts of the token at index AT over SEEDS runs of MODE with MASK;
  * returns the tokens drafted in all. */
 static long sixth_token(engine *e, const int32_t *prompt, int n, engine_skip_mode mode, const uint8_t *mask, int at,
@@ -315,6 +402,7 @@ static void test_sampling_distribution(engine *e) {
 
 int main(void) {
     test_ngram();
+    test_lookup();
     test_policy();
     test_sample_verify();
     char err[512];
@@ -326,6 +414,15 @@ int main(void) {
     if (e) {
         test_greedy_identical(e);
         test_sampling_distribution(e);
+        engine_close(e);
+    }
+    p.layer_skip = 0; /* n-gram drafts only */
+    p.probe_path = NULL;
+    p.draft_cache_tokens = 8192;
+    e = engine_open(&p, err, sizeof err);
+    CHECK(e != NULL, "the demo model with a lookup cache (%s)", e ? "ok" : err);
+    if (e) {
+        test_lookup_identical(e);
         engine_close(e);
     }
     CHECK_DONE();

@@ -814,20 +814,24 @@ static int draft_layers(gen *g, int32_t tok, int32_t *draft, int k) {
 
 /* The full model scores TOK and the K drafted tokens in one pass (every
  * layer's KV written at g->pos .. g->pos + k); OUT gets the drafted tokens
- * it keeps and one of its own. Q: the draft's distributions (sampling), or
+ * it keeps (*ACCEPTED of them) and one of its own, unless the draft ends
+ * with an end-of-generation token that is kept: nothing follows it, so its
+ * row is not even computed. Q: the draft's distributions (sampling), or
  * NULL for a certain draft. KV past the kept tokens is left to be
  * overwritten: attention never reads past its own position. Returns 0 or -1. */
-static int verify(gen *g, int32_t tok, const int32_t *draft, int k, const float *q, int32_t *out, int *n_out) {
+static int verify(gen *g, int32_t tok, const int32_t *draft, int k, const float *q, int32_t *out, int *n_out,
+                  int *accepted) {
     const model *m = &g->e->model;
     kb_backend *kb = g->e->kb;
-    int V = m->n_vocab, a = 0;
+    int V = m->n_vocab, a = 0, last_eog = k > 0 && !g->gp->ignore_eos && tok_is_eog(g->e->vocab, draft[k - 1]);
+    int n_rows = last_eog ? k : k + 1;
     int32_t rows[SPEC_K_MAX + 1], c = -1;
     rows[0] = tok;
-    memcpy(rows + 1, draft, (size_t)k * sizeof *rows);
+    memcpy(rows + 1, draft, (size_t)(n_rows - 1) * sizeof *rows);
     arm_kernel_fault(g->e, g->res->n_generated);
-    model_embed(m, kb, g->st, rows, k + 1);
-    model_forward_layers(m, kb, g->st, k + 1, g->pos, 0, m->n_layers);
-    model_logits(m, kb, g->st, 0, k + 1, g->vlogits);
+    model_embed(m, kb, g->st, rows, n_rows);
+    model_forward_layers(m, kb, g->st, n_rows, g->pos, 0, m->n_layers);
+    model_logits(m, kb, g->st, 0, n_rows, g->vlogits);
     if (kb_error(kb)) return -1;
     for (; a < k; a++) {
         const float *lg = g->vlogits + (size_t)a * V;
@@ -839,6 +843,12 @@ static int verify(gen *g, int32_t tok, const int32_t *draft, int k, const float 
             if (!spec_sample_verify(g->sm, g->p, q ? q + (size_t)a * V : NULL, draft[a], V, g->resid, &c)) break;
         }
         out[a] = draft[a];
+    }
+    *accepted = a;
+    if (a == k && last_eog) { /* the answer ends with the draft */
+        *n_out = k;
+        g->pos += k;
+        return 0;
     }
     if (a == k) c = sampler_sample(g->sm, g->vlogits + (size_t)k * V);
     out[a] = c;
@@ -857,33 +867,35 @@ static int pick_speculative(gen *g, int32_t tok, int32_t *out, int *n_out) {
     /* an n-gram draft: from this request's text or, when that matches
      * fewer tokens, from earlier answers */
     int32_t cached[SPEC_K_MAX];
-    int g_own = 0, g_cache = 0;
+    int g_own = 0, g_cache = 0, sure = 0;
     int ng = room > 0 ? spec_ngram(g->hist, g->n_hist, draft, SPEC_K_MAX, &g_own) : 0;
-    int nc = room > 0 && !g->gp->lookup_off
-                 ? spec_lookup_find(&g->e->lookup, g->gp->cache_key, g->hist, g->n_hist, cached, SPEC_K_MAX, &g_cache)
-                 : 0;
+    int nc = room > 0 && !g->gp->lookup_off ? spec_lookup_find(&g->e->lookup, g->gp->cache_key, g->hist, g->n_hist,
+                                                               cached, SPEC_K_MAX, &g_cache, &sure)
+                                            : 0;
     spec_source nsrc = SPEC_NGRAM;
     if (nc > 0 && (g_cache > g_own || (g_cache == g_own && nc > ng))) {
         memcpy(draft, cached, (size_t)nc * sizeof *draft);
         ng = nc;
         nsrc = SPEC_LOOKUP;
+    } else {
+        sure = 0;
     }
-    spec_source src = spec_plan(g->spec, res->n_generated, nsrc, ng, room, &k);
-    int rc;
+    spec_source src = spec_plan(g->spec, res->n_generated, nsrc, ng, sure, room, &k);
+    int rc, accepted = 0;
     if (src == SPEC_PLAIN) {
         rc = pick_plain(g, tok, out, n_out);
         k = 0;
     } else {
         if (src == SPEC_LAYERS) k = draft_layers(g, tok, draft, k);
-        rc = k < 0 ? -1 : verify(g, tok, draft, k, src == SPEC_LAYERS ? g->q : NULL, out, n_out);
+        rc = k < 0 ? -1 : verify(g, tok, draft, k, src == SPEC_LAYERS ? g->q : NULL, out, n_out, &accepted);
     }
     if (rc) return rc;
     if (src != SPEC_PLAIN) {
         res->n_verifications++;
         res->n_drafted += k;
-        res->n_accepted += *n_out - 1;
+        res->n_accepted += accepted;
     }
-    spec_record(g->spec, src, k, *n_out - 1, res->n_generated + *n_out);
+    spec_record(g->spec, src, k, sure < k ? sure : k, accepted, res->n_generated + *n_out);
     return 0;
 }
 

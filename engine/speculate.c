@@ -26,7 +26,8 @@ void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *orde
     }
     s->cost = *cost;
     s->mem = *mem;
-    static const double prior[SPEC_N_SOURCES] = {[SPEC_NGRAM] = 0.4, [SPEC_LOOKUP] = 0.4, [SPEC_LAYERS] = 0.8};
+    static const double prior[SPEC_N_SOURCES] = {[SPEC_NGRAM] = 0.4, [SPEC_LOOKUP] = 0.8, [SPEC_LAYERS] = 0.8};
+    if (s->mem.rate_guess <= 0) s->mem.rate_guess = 0.4;
     for (int i = 0; i < SPEC_N_SOURCES; i++) {
         if (s->mem.rate[i] <= 0) s->mem.rate[i] = prior[i];
         if (s->mem.explore_gap[i] <= 0) s->mem.explore_gap[i] = SPEC_EXPLORE;
@@ -45,17 +46,24 @@ static double draft_step_cost(const spec_state *s) {
     return c;
 }
 
-double spec_yield(double a, int k, double c, const double *vcost) {
-    double tokens = a >= 1 ? k + 1 : (1 - pow(a, k + 1)) / (1 - a);
+double spec_yield(double a, int k, double c, const double *vcost) { return spec_yield2(a, 0, a, k, c, vcost); }
+
+double spec_yield2(double a_sure, int sure, double a, int k, double c, const double *vcost) {
+    double tokens = 1, p = 1; /* the verification's own token, then each drafted one kept with all before it */
+    for (int j = 0; j < k; j++) {
+        p *= j < sure ? a_sure : a;
+        tokens += p;
+    }
     return tokens / (vcost[k + 1] + k * c);
 }
 
-/* The best draft length up to KMAX for SRC and its yield (0 when none). */
-static double best_k(const spec_state *s, spec_source src, int kmax, double c, int *k) {
-    double best = 0;
+/* The best draft length up to KMAX for SRC (SURE tokens of them agreed on)
+ * and its yield (0 when none). */
+static double best_k(const spec_state *s, spec_source src, int kmax, int sure, double c, int *k) {
+    double best = 0, a = src == SPEC_LOOKUP ? s->mem.rate_guess : s->mem.rate[src];
     *k = 0;
     for (int j = 1; j <= kmax; j++) {
-        double y = spec_yield(s->mem.rate[src], j, c, s->cost.vcost);
+        double y = spec_yield2(s->mem.rate[src], sure, a, j, c, s->cost.vcost);
         if (y > best) {
             best = y;
             *k = j;
@@ -64,16 +72,17 @@ static double best_k(const spec_state *s, spec_source src, int kmax, double c, i
     return best;
 }
 
-spec_source spec_plan(spec_state *s, int n_generated, spec_source ngram_src, int ngram_len, int room, int *k) {
+spec_source spec_plan(spec_state *s, int n_generated, spec_source ngram_src, int ngram_len, int ngram_sure, int room,
+                      int *k) {
     int kn = 0, kl = 0;
     *k = 0;
     if (room < 1) return SPEC_PLAIN;
     int kmax = room < SPEC_K_MAX ? room : SPEC_K_MAX;
-    double yn = ngram_len > 0 ? best_k(s, ngram_src, ngram_len < kmax ? ngram_len : kmax, 0, &kn) : 0;
+    double yn = ngram_len > 0 ? best_k(s, ngram_src, ngram_len < kmax ? ngram_len : kmax, ngram_sure, 0, &kn) : 0;
     double c = draft_step_cost(s);
     int layers = 0; /* a mask that skips nothing drafts nothing */
     for (int l = 0; l < s->n_layers; l++) layers |= !s->mask[l];
-    double yl = layers ? best_k(s, SPEC_LAYERS, kmax, c, &kl) : 0;
+    double yl = layers ? best_k(s, SPEC_LAYERS, kmax, 0, c, &kl) : 0;
     /* a source left unused for a while is tried once more, briefly */
     long long now = s->mem.clock + n_generated;
     int explore_n = ngram_len > 0 && now - s->mem.last_used[ngram_src] >= s->mem.explore_gap[ngram_src];
@@ -113,17 +122,28 @@ static int adapt_mask(spec_state *s) {
     return 1;
 }
 
-int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int n_generated) {
+/* Moves the moving average *RATE towards ACCEPTED of the tokens [FROM, TO)
+ * of a draft whose first ACCEPTED were kept (a rejection ends the draft: the
+ * tokens seen are the kept ones and the rejected one). */
+static void rate_update(double *rate, int from, int to, int accepted) {
+    int seen_end = accepted < to ? accepted + 1 : to;
+    if (seen_end <= from) return;
+    int kept = accepted < from ? 0 : (accepted < to ? accepted : to) - from;
+    *rate = (1 - SPEC_EMA) * *rate + SPEC_EMA * kept / (seen_end - from);
+}
+
+int spec_record(spec_state *s, spec_source src, int drafted, int sure, int accepted, int n_generated) {
     if (src == SPEC_PLAIN || drafted < 1) return 0;
     s->verifications++;
     s->drafted += drafted;
     s->accepted += accepted;
     s->mem.last_used[src] = s->mem.clock + n_generated;
-    /* per-token rate: a rejection ends the draft, so the tokens seen are
-     * the accepted ones plus the rejected one */
-    int seen = accepted < drafted ? accepted + 1 : drafted;
-    double r = (double)accepted / seen;
-    s->mem.rate[src] = (1 - SPEC_EMA) * s->mem.rate[src] + SPEC_EMA * r;
+    if (src == SPEC_LOOKUP) { /* the agreed tokens and the rest apart */
+        rate_update(&s->mem.rate[src], 0, sure, accepted);
+        rate_update(&s->mem.rate_guess, sure, drafted, accepted);
+    } else {
+        rate_update(&s->mem.rate[src], 0, drafted, accepted);
+    }
     if (src != SPEC_LAYERS) return 0;
     s->win_drafted += drafted;
     s->win_accepted += accepted;
@@ -231,7 +251,7 @@ static int lookup_valid(const spec_lookup *c, int64_t p1, uint64_t owner, const 
 }
 
 int spec_lookup_find(const spec_lookup *c, uint64_t owner, const int32_t *hist, int n, int32_t *out, int max_out,
-                     int *gp) {
+                     int *gp, int *sure) {
     if (!c->cap) return 0;
     for (int g = SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
         if (n < g) continue;
@@ -248,6 +268,7 @@ int spec_lookup_find(const spec_lookup *c, uint64_t owner, const int32_t *hist, 
         if (q >= 0 && m > agree + 1) m = agree + 1; /* up to where the two latest differ, and one guess */
         if (m > 0) {
             *gp = g;
+            *sure = q >= 0 ? agree : 0;
             return m;
         }
     }

@@ -62,7 +62,9 @@ typedef struct {
  * that a short answer starts from what earlier ones learnt). Times are on a
  * clock of the tokens that lossless requests generated. */
 typedef struct {
-    double rate[SPEC_N_SOURCES];           /* moving average of the per-token acceptance (0: the built-in prior) */
+    double rate[SPEC_N_SOURCES];           /* moving average of the per-token acceptance (0: the built-in prior);
+                                              for SPEC_LOOKUP, of the tokens both latest occurrences agree on */
+    double rate_guess;                     /* the same for the lookup's other tokens */
     long long last_used[SPEC_N_SOURCES];   /* clock when the source last drafted */
     int explore_gap[SPEC_N_SOURCES];       /* tokens before an unused source is tried again (0: SPEC_EXPLORE;
                                               doubles while it does not pay) */
@@ -94,21 +96,26 @@ void spec_init(spec_state *s, int n_layers, const uint8_t *mask, const int *orde
 void spec_finish(const spec_state *s, int n_generated, spec_memory *mem);
 
 /* What to do next, after N_GENERATED tokens: NGRAM_SRC (SPEC_NGRAM or
- * SPEC_LOOKUP: an n-gram draft of NGRAM_LEN tokens is at hand), SPEC_LAYERS
- * (the draft mask skips layers) or SPEC_PLAIN, whichever the cost model
- * expects to be fastest. *K gets the number of tokens to draft (at most
- * ROOM, the tokens that may still be generated minus one). */
-spec_source spec_plan(spec_state *s, int n_generated, spec_source ngram_src, int ngram_len, int room, int *k);
+ * SPEC_LOOKUP: an n-gram draft of NGRAM_LEN tokens is at hand, the first
+ * NGRAM_SURE of them agreed on), SPEC_LAYERS (the draft mask skips layers)
+ * or SPEC_PLAIN, whichever the cost model expects to be fastest. *K gets
+ * the number of tokens to draft (at most ROOM, the tokens that may still be
+ * generated minus one). */
+spec_source spec_plan(spec_state *s, int n_generated, spec_source ngram_src, int ngram_len, int ngram_sure, int room,
+                      int *k);
 
 /* Records a verification from SRC (not SPEC_PLAIN) after N_GENERATED
- * tokens: DRAFTED tokens proposed, ACCEPTED of them kept. Adapts the
- * acceptance rate and the draft mask. Returns 1 when the mask changed. */
-int spec_record(spec_state *s, spec_source src, int drafted, int accepted, int n_generated);
+ * tokens: DRAFTED tokens proposed (the first SURE agreed on, for
+ * SPEC_LOOKUP), ACCEPTED of them kept. Adapts the acceptance rates and the
+ * draft mask. Returns 1 when the mask changed. */
+int spec_record(spec_state *s, spec_source src, int drafted, int sure, int accepted, int n_generated);
 
 /* The expected tokens per decode step's cost of drafting K tokens at
  * acceptance rate A when a draft step costs C and a verification of r
- * rows VCOST[r]. */
+ * rows VCOST[r]. spec_yield2: the first SURE tokens kept at rate A_SURE,
+ * the others at A. */
 double spec_yield(double a, int k, double c, const double *vcost);
+double spec_yield2(double a_sure, int sure, double a, int k, double c, const double *vcost);
 
 /* Prompt lookup: finds the latest earlier occurrence of the last g tokens
  * of HIST (g from SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN) and copies the
@@ -145,9 +152,10 @@ void spec_lookup_add(spec_lookup *c, uint64_t owner, const int32_t *ctx, int n_c
 /* Like spec_ngram over the cache: the tokens that followed the latest kept
  * occurrence (OWNER's) of HIST's last g tokens, g as long as one matches,
  * up to one past where the occurrence before that one differs. Returns how
- * many (at most MAX_OUT) went to OUT; *G gets g. */
+ * many (at most MAX_OUT) went to OUT; *G gets g and *SURE how many of
+ * them the two latest occurrences agree on (0 when there is one). */
 int spec_lookup_find(const spec_lookup *c, uint64_t owner, const int32_t *hist, int n, int32_t *out, int max_out,
-                     int *g);
+                     int *g, int *sure);
 
 /* Speculative sampling of one drafted token D. P: the full model's
  * distribution (n values, summing to 1); Q: the draft's, or NULL when the

@@ -50,39 +50,44 @@ static void test_ngram(void) {
  * two answers. */
 static void test_lookup(void) {
     spec_lookup c;
-    int32_t out[8], g = 0;
+    int32_t out[8], g = 0, sure = 0;
     CHECK(spec_lookup_init(&c, 64) == 0, "lookup cache: init");
     int32_t a1[] = {10, 11, 12, 13, 14, 2}, a2[] = {10, 11, 20, 21, 2};
     spec_lookup_add(&c, 7, NULL, 0, a1, 6);
     int32_t q1[] = {1, 1, 10, 11};
-    int n = spec_lookup_find(&c, 7, q1, 4, out, 8, &g);
+    int n = spec_lookup_find(&c, 7, q1, 4, out, 8, &g, &sure);
     CHECK(n == 4 && out[0] == 12 && out[3] == 2 && g == 2, "lookup cache: an earlier answer's continuation, to its end (%d, g %d)", n, g);
-    CHECK(spec_lookup_find(&c, 8, q1, 4, out, 8, &g) == 0, "lookup cache: another tenant's answers draft nothing");
+    CHECK(spec_lookup_find(&c, 8, q1, 4, out, 8, &g, &sure) == 0, "lookup cache: another tenant's answers draft nothing");
     spec_lookup_add(&c, 7, NULL, 0, a2, 5);
-    n = spec_lookup_find(&c, 7, q1, 4, out, 8, &g);
+    n = spec_lookup_find(&c, 7, q1, 4, out, 8, &g, &sure);
     CHECK(n == 1 && out[0] == 20, "lookup cache: the latest occurrence wins, and its draft ends one token after the "
           "two latest continuations part (%d, first %d)", n, out[0]);
+    CHECK(sure == 0, "lookup cache: nothing agreed on when the two latest part at once");
+    int32_t a4[] = {10, 11, 20, 21, 9, 2};
+    spec_lookup_add(&c, 7, NULL, 0, a4, 6);
+    n = spec_lookup_find(&c, 7, q1, 4, out, 8, &g, &sure);
+    CHECK(n == 3 && sure == 2 && out[2] == 9, "lookup cache: the two latest agree on 2 tokens, then one guess (%d, sure %d)", n, sure);
     int32_t q2[] = {5, 11, 12, 13};
-    n = spec_lookup_find(&c, 7, q2, 4, out, 8, &g);
+    n = spec_lookup_find(&c, 7, q2, 4, out, 8, &g, &sure);
     CHECK(n == 2 && out[0] == 14 && g == 3, "lookup cache: the longest matching gram (g %d)", g);
     int32_t q3[] = {14, 2, 10}; /* 2 ends a1 and 10 starts a2: no gram spans them */
-    CHECK(spec_lookup_find(&c, 7, q3, 3, out, 8, &g) == 0, "lookup cache: no gram across two answers");
+    CHECK(spec_lookup_find(&c, 7, q3, 3, out, 8, &g, &sure) == 0, "lookup cache: no gram across two answers");
     int32_t filler[60];
     for (int i = 0; i < 60; i++) filler[i] = 100 + i;
     spec_lookup_add(&c, 7, NULL, 0, filler, 60);
-    CHECK(spec_lookup_find(&c, 7, q2, 4, out, 8, &g) == 0, "lookup cache: overwritten answers draft nothing");
+    CHECK(spec_lookup_find(&c, 7, q2, 4, out, 8, &g, &sure) == 0, "lookup cache: overwritten answers draft nothing");
     int32_t ctx[] = {1, 2, 3, 40, 41}, a3[] = {50, 51, 52, 2}, q6[] = {9, 40, 41};
     spec_lookup_add(&c, 7, ctx, 5, a3, 4);
-    n = spec_lookup_find(&c, 7, q6, 3, out, 8, &g);
+    n = spec_lookup_find(&c, 7, q6, 3, out, 8, &g, &sure);
     CHECK(n == 4 && out[0] == 50 && g == 2, "lookup cache: the end of the prompt finds the answer's first tokens (%d)", n);
     int32_t q7[] = {2, 3};
-    CHECK(spec_lookup_find(&c, 7, q7, 2, out, 8, &g) == 0, "lookup cache: only the last prompt tokens are kept, never drafted");
+    CHECK(spec_lookup_find(&c, 7, q7, 2, out, 8, &g, &sure) == 0, "lookup cache: only the last prompt tokens are kept, never drafted");
     int32_t q4[] = {130, 131};
-    n = spec_lookup_find(&c, 7, q4, 2, out, 8, &g);
+    n = spec_lookup_find(&c, 7, q4, 2, out, 8, &g, &sure);
     CHECK(n == 8 && out[0] == 132, "lookup cache: at most MAX_OUT tokens (%d)", n);
     spec_lookup_free(&c);
     spec_lookup zero = {0};
-    CHECK(spec_lookup_find(&zero, 7, q1, 4, out, 8, &g) == 0, "lookup cache: off (capacity 0) finds nothing");
+    CHECK(spec_lookup_find(&zero, 7, q1, 4, out, 8, &g, &sure) == 0, "lookup cache: off (capacity 0) finds nothing");
     spec_lookup_add(&zero, 7, NULL, 0, a1, 6);
 }
 
@@ -101,33 +106,36 @@ static void test_policy(void) {
     spec_state s;
     spec_memory mem = {0};
     spec_init(&s, 8, mask, order, 5, 5, &dear, &mem);
-    CHECK(spec_plan(&s, 5, SPEC_NGRAM, 6, 50, &k) == SPEC_PLAIN && k == 0, "policy: verification as dear as decoding: plain decoding");
+    CHECK(spec_plan(&s, 5, SPEC_NGRAM, 6, 0, 50, &k) == SPEC_PLAIN && k == 0, "policy: verification as dear as decoding: plain decoding");
     spec_init(&s, 8, mask, order, 5, 5, &cheap, &mem);
-    spec_source src = spec_plan(&s, 5, SPEC_NGRAM, 6, 50, &k);
+    spec_source src = spec_plan(&s, 5, SPEC_NGRAM, 6, 0, 50, &k);
     CHECK(src == SPEC_NGRAM && k >= 2 && k <= 6, "policy: cheap verification and an n-gram at hand: an n-gram draft (k %d)", k);
-    src = spec_plan(&s, 5, SPEC_NGRAM, 6, 1, &k);
+    src = spec_plan(&s, 5, SPEC_NGRAM, 6, 0, 1, &k);
     CHECK(k == 1, "policy: never more drafts than room for tokens");
-    src = spec_plan(&s, 5, SPEC_NGRAM, 0, 50, &k);
+    src = spec_plan(&s, 5, SPEC_NGRAM, 0, 0, 50, &k);
     CHECK(src == SPEC_LAYERS && k >= 1, "policy: no n-gram: a layer draft (draft step 0.5 of a decode step, k %d)", k);
-    for (int i = 0; i < 8; i++) spec_record(&s, SPEC_NGRAM, 4, 0, 6 + i);
-    src = spec_plan(&s, 14, SPEC_NGRAM, 6, 50, &k);
+    for (int i = 0; i < 8; i++) spec_record(&s, SPEC_NGRAM, 4, 0, 0, 6 + i);
+    src = spec_plan(&s, 14, SPEC_NGRAM, 6, 0, 50, &k);
     CHECK(src != SPEC_NGRAM, "policy: n-gram drafts all rejected: no more n-gram drafts (rate %.2f)", s.mem.rate[SPEC_NGRAM]);
     uint8_t full[8] = {1, 1, 1, 1, 1, 1, 1, 1}; /* no layer drafts: only the n-gram source */
     spec_init(&s, 8, full, NULL, 0, 0, &dear, &mem);
-    int plain = spec_plan(&s, 5, SPEC_NGRAM, 6, 50, &k) == SPEC_PLAIN;
-    src = spec_plan(&s, 5 + SPEC_EXPLORE, SPEC_NGRAM, 6, 50, &k);
-    int again = spec_plan(&s, 6 + SPEC_EXPLORE, SPEC_NGRAM, 6, 50, &k) == SPEC_PLAIN;
+    int plain = spec_plan(&s, 5, SPEC_NGRAM, 6, 0, 50, &k) == SPEC_PLAIN;
+    src = spec_plan(&s, 5 + SPEC_EXPLORE, SPEC_NGRAM, 6, 0, 50, &k);
+    int again = spec_plan(&s, 6 + SPEC_EXPLORE, SPEC_NGRAM, 6, 0, 50, &k) == SPEC_PLAIN;
     CHECK(plain && src != SPEC_PLAIN && again, "policy: a source that does not pay is still tried once every %d tokens", SPEC_EXPLORE);
     /* what a request learnt carries over: after n-gram drafts that were all
      * kept, the next request starts from that rate */
     spec_init(&s, 8, full, NULL, 0, 0, &cheap, &mem);
-    for (int i = 0; i < 8; i++) spec_record(&s, SPEC_LOOKUP, 4, 4, 2 * (i + 1));
+    for (int i = 0; i < 8; i++) spec_record(&s, SPEC_LOOKUP, 4, 3, 3, 2 * (i + 1)); /* 3 agreed tokens kept, the guess not */
     spec_finish(&s, 20, &mem);
     spec_init(&s, 8, full, NULL, 0, 0, &cheap, &mem);
-    CHECK(s.mem.rate[SPEC_LOOKUP] > 0.9 && s.mem.clock == 20, "policy: the next request starts from the rate learnt (%.2f)",
-          s.mem.rate[SPEC_LOOKUP]);
-    src = spec_plan(&s, 1, SPEC_LOOKUP, 7, 50, &k);
-    CHECK(src == SPEC_LOOKUP && k == 7, "policy: a source nearly always kept drafts all it has (k %d)", k);
+    CHECK(s.mem.rate[SPEC_LOOKUP] > 0.9 && s.mem.rate_guess < 0.1 && s.mem.clock == 20,
+          "policy: the next request starts from the rates learnt (agreed %.2f, guesses %.2f)", s.mem.rate[SPEC_LOOKUP],
+          s.mem.rate_guess);
+    src = spec_plan(&s, 1, SPEC_LOOKUP, 7, 7, 50, &k);
+    CHECK(src == SPEC_LOOKUP && k == 7, "policy: agreed tokens nearly always kept: all of them drafted (k %d)", k);
+    src = spec_plan(&s, 1, SPEC_LOOKUP, 7, 3, 50, &k);
+    CHECK(src == SPEC_LOOKUP && k == 3, "policy: guesses nearly never kept: the agreed tokens only (k %d)", k);
     double y1 = spec_yield(0.9, 4, 0, cheap.vcost), y2 = spec_yield(0.3, 4, 0, cheap.vcost);
     CHECK(y1 > y2 && y1 > 2.5 && spec_yield(0.9, 4, 0, dear.vcost) < 1, "policy: yield grows with acceptance (%.2f vs %.2f)", y1, y2);
 }

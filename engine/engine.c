@@ -730,7 +730,8 @@ typedef enum { EMIT_MORE, EMIT_STOP, EMIT_CANCEL, EMIT_OOM, EMIT_REFUSED } emit_
 static emit_status emit_token(gen *g, int32_t tok, int pos, int forced) {
     engine_result *res = g->res;
     const engine_callbacks *cb = g->cb;
-    if (res->n_generated == 0) res->ttft_ms = now_ms() - g->t0;
+    res->last_token_ms = now_ms() - g->t0;
+    if (res->n_generated == 0) res->ttft_ms = res->last_token_ms;
     res->n_generated++;
     g->hist[g->n_hist++] = tok;
     if (cb->on_token && cb->on_token(cb->ud, tok)) return EMIT_CANCEL;

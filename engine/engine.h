@@ -192,6 +192,7 @@ typedef struct {
     int stop_index;             /* for ENGINE_STOP_SEQUENCE */
     int n_prompt, n_generated;
     double ttft_ms, total_ms, prefill_ms;
+    double last_token_ms;       /* when the last token was handed on: decode takes last_token_ms - ttft_ms */
     size_t kv_bytes;            /* KV cache bytes this request held */
     uint8_t mask[MASK_MAX_LAYERS]; /* the mask used */
     engine_layer_status layer_status;

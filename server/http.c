@@ -85,12 +85,18 @@ static engine_skip_mode request_mode(struct MHD_Connection *c) {
 }
 
 /* x-layer-mode (the mode the request ran in) and, once the generation is
- * over (a whole answer, not a stream's first bytes) in lossless mode,
- * x-layer-draft: ACCEPTED/DRAFTED tokens. */
+ * over (a whole answer, not a stream's first bytes): Server-Timing (ttft:
+ * the prompt and the first token; decode: the tokens after it, in ms) and,
+ * in lossless mode, x-layer-draft: ACCEPTED/DRAFTED tokens. */
 static void mode_headers(struct MHD_Response *resp, engine_skip_mode mode, const engine_result *done) {
     MHD_add_response_header(resp, "x-layer-mode", engine_skip_mode_name(mode));
-    if (!done || mode != ENGINE_SKIP_LOSSLESS) return;
-    char v[32];
+    if (!done) return;
+    char v[96];
+    double decode = done->n_generated > 0 ? done->last_token_ms - done->ttft_ms : 0;
+    snprintf(v, sizeof v, "ttft;dur=%.3f, decode;dur=%.3f", done->n_generated > 0 ? done->ttft_ms : done->total_ms,
+             decode > 0 ? decode : 0);
+    MHD_add_response_header(resp, "server-timing", v);
+    if (mode != ENGINE_SKIP_LOSSLESS) return;
     snprintf(v, sizeof v, "%d/%d", done->n_accepted, done->n_drafted);
     MHD_add_response_header(resp, "x-layer-draft", v);
 }

@@ -334,7 +334,7 @@ static void run_job(worker *w, job *j) {
     metrics_kv_bytes(0);
     if (j->res.cache.hits || j->res.cache.misses || j->res.cache.entries) metrics_prompt_cache(&j->res.cache);
     if (j->res.reason != ENGINE_STOP_CANCELLED && j->res.reason != ENGINE_STOP_ERROR)
-        metrics_generation(j->n_prompt, j->res.n_generated, j->res.ttft_ms / 1e3, (j->res.total_ms - j->res.ttft_ms) / 1e3,
+        metrics_generation(j->n_prompt, j->res.n_generated, j->res.ttft_ms / 1e3, (j->res.last_token_ms - j->res.ttft_ms) / 1e3,
                            engine_layer_status_name(j->res.layer_status), j->res.n_skipped, hint_status_name(j->res.hint_status));
     if (j->res.reason != ENGINE_STOP_ERROR)
         metrics_draft(engine_skip_mode_name(j->res.skip_mode), j->res.n_drafted, j->res.n_accepted, j->res.n_verifications);

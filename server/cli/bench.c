@@ -433,7 +433,7 @@ static int bench_run(const bench_opts *o, bench_result *r) {
     for (int rep = 0; res.reason != ENGINE_STOP_ERROR && rep < o->reps; rep++) {
         engine_generate(e, prompt, o->n_prompt, &gp, &cb, &res);
         double pp = o->n_prompt / (res.prefill_ms / 1e3);
-        double tg = res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0;
+        double tg = res.n_generated > 1 ? (res.n_generated - 1) / ((res.last_token_ms - res.ttft_ms) / 1e3) : 0;
         if (pp > r->best_pp) r->best_pp = pp;
         if (tg > r->best_tg) {
             r->best_tg = tg;

@@ -249,7 +249,7 @@ static int cmd_generate(const cli_opts *o) {
     log_msg(LOG_INFO, "generated",
             "%d prompt tokens, %d generated (%s), prefill %.1f ms, %.2f tok/s, KV %zu bytes, mode %s, draft %d/%d in %d verifications",
             n, res.n_generated, engine_stop_reason_name(res.reason), res.prefill_ms,
-            res.n_generated > 1 ? (res.n_generated - 1) / ((res.total_ms - res.ttft_ms) / 1e3) : 0.0, res.kv_bytes,
+            res.n_generated > 1 ? (res.n_generated - 1) / ((res.last_token_ms - res.ttft_ms) / 1e3) : 0.0, res.kv_bytes,
             engine_skip_mode_name(res.skip_mode), res.n_accepted, res.n_drafted, res.n_verifications);
     rc = 0;
 done:

@@ -68,7 +68,7 @@ static int run_answer(engine *e, const int32_t *prompt, int n, int n_gen, const 
 }
 
 static double gen_tok_s(const engine_result *r) {
-    double ms = r->total_ms - r->ttft_ms;
+    double ms = r->last_token_ms - r->ttft_ms;
     return r->n_generated > 1 && ms > 0 ? (r->n_generated - 1) / (ms / 1e3) : 0;
 }
 

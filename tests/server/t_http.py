@@ -240,6 +240,14 @@ def applied_hint():
               h6.get("x-layer-mode") == "off" and h6.get("x-layer-status") == "off",
               "lossless mode (the default): the hint drafts, the answer, usage and stop reason are full depth's, "
               "streamed too; x-layer-draft ACCEPTED/DRAFTED; x-layer-mode off runs full depth", (h4, h5, h6))
+        timing = {}
+        for part in h6.get("server-timing", "").split(","):
+            name, _, dur = part.strip().partition(";dur=")
+            timing[name] = float(dur) if dur else -1
+        check(set(timing) == {"ttft", "decode"} and timing["ttft"] > 0 and
+              (timing["decode"] > 0) == (o6["usage"]["output_tokens"] > 1) and "server-timing" not in h5,
+              "Server-Timing on a whole answer: ttft and decode in ms (none on a stream: its headers leave first)",
+              (h6.get("server-timing"), h5.get("server-timing")))
         st7, h7, o7 = s.json("POST", "/v1/messages", body(), {"x-layer-mode": "fastest"})
         check(st7 == 200 and h7.get("x-layer-mode") == "lossless" and o7["content"][0]["text"] == o6["content"][0]["text"],
               "an unknown x-layer-mode is ignored (the default runs, and is echoed)", h7)

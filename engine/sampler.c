@@ -7,7 +7,7 @@
 
 struct sampler_cand {
     int id;
-    float p;
+    float logit, p; /* p: the weight exp((logit - max) / T) */
 };
 
 int sampler_init(sampler *s, int n_vocab, float temperature, float top_p, int top_k, uint64_t seed) {
@@ -43,31 +43,81 @@ static float next_uniform(sampler *s) {
     return (float)(z >> 40) / (float)(1ull << 24);
 }
 
-static int by_prob_desc(const void *a, const void *b) {
+/* The candidates' order: the higher logit first, the lower id on ties. */
+static int by_logit_desc(const void *a, const void *b) {
     const struct sampler_cand *x = a, *y = b;
-    if (x->p != y->p) return x->p < y->p ? 1 : -1;
-    return x->id - y->id; /* deterministic order on ties */
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id;
 }
 
-/* Fills s->cand with the top-k tokens by logit, their weights
- * exp((logit - max) / T), and returns how many the nucleus keeps; *SUM gets
- * the total weight of the top k, *KEPT the share of it the nucleus holds. */
-static int nucleus(sampler *s, const float *logits, double *sum, double *kept) {
-    int n = s->n_vocab;
-    for (int i = 0; i < n; i++) s->cand[i] = (struct sampler_cand){i, logits[i]};
-    qsort(s->cand, (size_t)n, sizeof *s->cand, by_prob_desc);
-    n = s->top_k;
-    float mx = s->cand[0].p;
+static void cand_swap(struct sampler_cand *c, int i, int j) {
+    struct sampler_cand t = c[i];
+    c[i] = c[j];
+    c[j] = t;
+}
+
+/* Moves the K first of C[0, N) in by_logit_desc's order to C[0, K), in any
+ * order (quickselect: linear time on average, where sorting all N was not). */
+static void cand_select(struct sampler_cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi && k > lo && k <= hi) {
+        int mid = lo + (hi - lo) / 2; /* median of three as the pivot, put at hi */
+        if (by_logit_desc(&c[mid], &c[lo]) < 0) cand_swap(c, mid, lo);
+        if (by_logit_desc(&c[hi], &c[lo]) < 0) cand_swap(c, hi, lo);
+        if (by_logit_desc(&c[mid], &c[hi]) < 0) cand_swap(c, mid, hi);
+        int store = lo;
+        for (int i = lo; i < hi; i++)
+            if (by_logit_desc(&c[i], &c[hi]) < 0) cand_swap(c, i, store++);
+        cand_swap(c, store, hi); /* c[store] is in its sorted place */
+        if (store == k || store == k - 1) return;
+        if (store < k) lo = store + 1;
+        else hi = store - 1;
+    }
+}
+
+/* Candidates in order, sorted only as far as a walk needs: the first
+ * SORTED of s->cand[0, k) are the best in order, the rest unordered. */
+typedef struct {
+    sampler *s;
+    int k, sorted;
+} cand_walk;
+
+/* The I-th best candidate (i < k): sorts the next block (64, doubling) when needed. */
+static const struct sampler_cand *cand_at(cand_walk *w, int i) {
+    if (i >= w->sorted) {
+        int want = w->sorted < 64 ? 64 : 2 * w->sorted;
+        if (want > w->k) want = w->k;
+        struct sampler_cand *rest = w->s->cand + w->sorted;
+        cand_select(rest, w->k - w->sorted, want - w->sorted);
+        qsort(rest, (size_t)(want - w->sorted), sizeof *rest, by_logit_desc);
+        w->sorted = want;
+    }
+    return &w->s->cand[i];
+}
+
+/* Fills s->cand[0, k) with the top-k tokens (unordered) and their weights
+ * exp((logit - max) / T), and returns how many the nucleus keeps (the
+ * smallest best-first prefix whose mass reaches top_p; all k when top_p is
+ * 1); *SUM gets the total weight of the top k, *KEPT the share of it the
+ * nucleus holds. W walks the candidates best first. */
+static int nucleus(sampler *s, const float *logits, cand_walk *w, double *sum, double *kept) {
+    int n = s->n_vocab, k = s->top_k;
+    for (int i = 0; i < n; i++) s->cand[i] = (struct sampler_cand){i, logits[i], 0};
+    if (k < n) cand_select(s->cand, n, k);
+    float mx = s->cand[0].logit;
+    for (int i = 1; i < k; i++) mx = s->cand[i].logit > mx ? s->cand[i].logit : mx;
     *sum = 0;
-    for (int i = 0; i < n; i++) {
-        s->cand[i].p = expf((s->cand[i].p - mx) / s->temperature);
+    for (int i = 0; i < k; i++) {
+        s->cand[i].p = expf((s->cand[i].logit - mx) / s->temperature);
         *sum += s->cand[i].p;
     }
-    /* Nucleus: keep the smallest prefix whose mass reaches top_p. */
+    *w = (cand_walk){s, k, 0};
+    *kept = 1;
+    if (s->top_p >= 1) return k;
     *kept = 0;
     int m = 0;
-    while (m < n) {
-        *kept += s->cand[m].p / *sum;
+    while (m < k) {
+        *kept += cand_at(w, m)->p / *sum;
         m++;
         if (*kept >= s->top_p) break;
     }
@@ -77,13 +127,15 @@ static int nucleus(sampler *s, const float *logits, double *sum, double *kept) {
 int sampler_sample(sampler *s, const float *logits) {
     if (s->temperature <= 0 || !s->cand) return sampler_argmax(logits, s->n_vocab);
     double sum, kept;
-    int m = nucleus(s, logits, &sum, &kept);
+    cand_walk w;
+    int m = nucleus(s, logits, &w, &sum, &kept);
     double r = next_uniform(s) * kept * sum, acc = 0;
     for (int i = 0; i < m; i++) {
-        acc += s->cand[i].p;
-        if (r < acc) return s->cand[i].id;
+        const struct sampler_cand *c = cand_at(&w, i);
+        acc += c->p;
+        if (r < acc) return c->id;
     }
-    return s->cand[m - 1].id;
+    return cand_at(&w, m - 1)->id;
 }
 
 void sampler_probs(sampler *s, const float *logits, float *probs) {
@@ -94,8 +146,13 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
         return;
     }
     double sum, kept;
-    int m = nucleus(s, logits, &sum, &kept);
-    for (int i = 0; i < m; i++) probs[s->cand[i].id] = (float)(s->cand[i].p / (kept * sum));
+    cand_walk w;
+    int m = nucleus(s, logits, &w, &sum, &kept);
+    if (m == w.k) { /* the whole top k: no order needed */
+        for (int i = 0; i < m; i++) probs[s->cand[i].id] = (float)(s->cand[i].p / (kept * sum));
+        return;
+    }
+    for (int i = 0; i < m; i++) probs[cand_at(&w, i)->id] = (float)(cand_at(&w, i)->p / (kept * sum));
 }
 
 float sampler_uniform(sampler *s) { return next_uniform(s); }

@@ -13,7 +13,7 @@ and two speeds of lossless against off:
     as the client sees it.
 
     scripts/load/lossless_check.py [--url http://127.0.0.1:8080] [--per-class 20] [--max-tokens 48]
-                                   [--api-keys OFF,LOSSLESS,STREAM]
+                                   [--api-keys OFF,LOSSLESS,STREAM] [--classes classify,extract,yesno,story]
 
 Lossless mode drafts from the answers the server gave earlier to the same
 API key (its lookup cache). A prompt asked in mode off and then in lossless
@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--per-class", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--api-keys", default="", help="OFF,LOSSLESS,STREAM: one API key per kind of request")
+    ap.add_argument("--classes", default=",".join(CLASSES), help="comma-separated classes to send")
     ap.add_argument("--heldout", default=os.path.join(os.path.dirname(__file__), "../../models/heldout"))
     a = ap.parse_args()
     keys = a.api_keys.split(",") if a.api_keys else []
@@ -98,7 +99,7 @@ def main():
         ap.error("--api-keys takes three keys")
     key = [{"x-api-key": k} for k in keys] if keys else [{}, {}, {}]
     total_bad = 0
-    for cls in CLASSES:
+    for cls in a.classes.split(","):
         with open(os.path.join(a.heldout, cls + ".jsonl")) as f:
             specs = [json.loads(l) for l in f][: a.per_class]
         same = same_stream = acc = dra = 0

@@ -130,6 +130,13 @@ int sampler_sample(sampler *s, const float *logits) {
     cand_walk w;
     int m = nucleus(s, logits, &w, &sum, &kept);
     double r = next_uniform(s) * kept * sum, acc = 0;
+    if (m == w.k) { /* the whole top k: any order draws from it, and sorting would cost most of the step */
+        for (int i = 0; i < m; i++) {
+            acc += s->cand[i].p;
+            if (r < acc) return s->cand[i].id;
+        }
+        return s->cand[m - 1].id;
+    }
     for (int i = 0; i < m; i++) {
         const struct sampler_cand *c = cand_at(&w, i);
         acc += c->p;

@@ -13,7 +13,9 @@
 #      device-to-device copy), then a 2048-token prompt and 128 greedy
 #      tokens at full depth and with a mask skipping 25% of the layers;
 #   4. runs the Q8_0 model once through `ilpd generate --device cuda` with
-#      that mask (the whole program on the GPU);
+#      that mask (the whole program on the GPU), and prints lossless mode's
+#      verify(k) / decode(1) table for k = 1..8 on it (`ilpd bench --verify
+#      --device cuda`);
 #   5. prints a table: generation tok/s, time to first token of the 2048-
 #      token prompt, device memory in use, bandwidth, the generation
 #      roofline (bandwidth / bytes a token reads) and the ratio reached.
@@ -98,6 +100,12 @@ for t in $TYPES; do
             echo "gpu-check: ilpd generate --device cuda failed"
             status=1
         fi
+        say "lossless mode's verification cost on the GPU: verify(k) / decode(1) after 512 tokens"
+        if ! ./ilpd bench --device cuda --verify -m "$model" -p 512 --kv-f16 > "$WORK/verify-$t.out" 2>&1; then
+            echo "gpu-check: ilpd bench --verify --device cuda failed"
+            status=1
+        fi
+        cat "$WORK/verify-$t.out"
     fi
     [ "$KEEP" = 1 ] || rm -f "$model"
 done

@@ -278,8 +278,9 @@ static size_t current_rss(void) {
 
 const char cli_bench_usage[] =
     "  ilpd bench    -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--layer-mask BASE64]\n"
-    "                [--kv-f16] [--reps R] [--json] [--verify] [--json-schema FILE]\n"
-    "  --verify            the cost of verifying k tokens in one pass against one decode step\n"
+    "                [--kv-f16] [--reps R] [--json] [--verify [--device cpu|cuda|auto]] [--json-schema FILE]\n"
+    "  --verify            the cost of verifying k tokens in one pass against one decode step (on the\n"
+    "                      CPU, or the device --device names)\n"
     "  --json-schema FILE  generate under that JSON Schema (constrained decoding, stopping where the\n"
     "                      grammar ends) and report the grammar's share of the decode time\n";
 
@@ -301,6 +302,8 @@ typedef struct {
     const char *model, *mask_b64, *schema_path;
     char *schema;                /* the --json-schema file's text */
     int n_threads, n_prompt, n_gen, json, kv_f16, reps, verify;
+    engine_device device;        /* --verify only */
+    int device_set;
 } bench_opts;
 
 /* Parses the options of `ilpd bench` into O. Returns -1 to go on, or the
@@ -341,12 +344,20 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             o->kv_f16 = 1;
         } else if (!strcmp(a, "--verify")) {
             o->verify = 1;
+        } else if (!strcmp(a, "--device")) {
+            if (cli_device_parse(v, &o->device)) return 2;
+            o->device_set = 1;
+            i++;
         } else {
             fprintf(stderr, "ilpd bench: unknown argument '%s'\n", a);
             return usage();
         }
     }
     if (!o->model) return usage();
+    if (o->device_set && !o->verify) {
+        fprintf(stderr, "ilpd bench: --device goes with --verify (the GPU's speed: test_cuda --bench)\n");
+        return 2;
+    }
     if (o->n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->n_threads = n > 0 ? (int)n : 1;
@@ -511,7 +522,7 @@ static void bench_report(const bench_opts *o, const bench_result *r) {
 static int bench_verify(const bench_opts *o) {
     char err[512];
     engine_params ep = {.model_path = o->model, .n_ctx = o->n_prompt + ENGINE_VERIFY_ROWS, .n_threads = o->n_threads,
-                        .device = ENGINE_DEVICE_CPU, .kv_f16 = o->kv_f16};
+                        .device = o->device_set ? o->device : ENGINE_DEVICE_CPU, .kv_f16 = o->kv_f16};
     engine *e = engine_open(&ep, err, sizeof err);
     if (!e) {
         fprintf(stderr, "ilpd bench: %s\n", err);

@@ -38,6 +38,17 @@ static const char serve_usage[] = "  ilpd serve    -m MODEL [options]   (ilpd se
 
 int cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
 
+int cli_device_parse(const char *v, engine_device *d) {
+    if (v && !strcmp(v, "cpu")) *d = ENGINE_DEVICE_CPU;
+    else if (v && !strcmp(v, "cuda")) *d = ENGINE_DEVICE_CUDA;
+    else if (v && !strcmp(v, "auto")) *d = ENGINE_DEVICE_AUTO;
+    else {
+        fprintf(stderr, "ilpd: --device expects auto, cpu or cuda\n");
+        return -1;
+    }
+    return 0;
+}
+
 int cli_usage_print(const char *usage, int help) {
     FILE *out = help ? stdout : stderr;
     fprintf(out, "usage:\n%s", usage);
@@ -128,10 +139,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "--kv-f16")) o->kv_f16 = 1;
         else if (!strcmp(a, "--device")) {
             NEED_VALUE();
-            if (!strcmp(v, "cpu")) o->device = ENGINE_DEVICE_CPU;
-            else if (!strcmp(v, "cuda")) o->device = ENGINE_DEVICE_CUDA;
-            else if (!strcmp(v, "auto")) o->device = ENGINE_DEVICE_AUTO;
-            else { fprintf(stderr, "ilpd: --device expects auto, cpu or cuda\n"); return -1; }
+            if (cli_device_parse(v, &o->device)) return -1;
         }
         else if (!strcmp(a, "--stop")) {
             NEED_VALUE();

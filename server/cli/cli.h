@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "engine/engine.h"
+
 /* Runs `ilpd COMMAND ...` for the tools; returns the exit code. */
 int cli_main(int argc, char **argv);
 
@@ -24,6 +26,10 @@ extern const char cli_bench_usage[], cli_calibrate_usage[], cli_eval_usage[];
 
 /* 1 when ARG asks for help (-h or --help), else 0. */
 int cli_is_help(const char *arg);
+
+/* --device's value (auto, cpu, cuda) into *D. Returns 0, or -1 (with a
+ * message) for anything else. */
+int cli_device_parse(const char *v, engine_device *d);
 
 /* Prints "usage:" and USAGE: on stdout when HELP (returns 0), else on
  * stderr (returns 2, the exit code of a usage error). */

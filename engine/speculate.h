@@ -3,7 +3,7 @@
  * A draft proposes the next few tokens; the full-depth model scores them
  * all in one batched pass (the prefill path, KB_EXACT_ROWS rows at most, so
  * that every row's numbers are those of one-token decoding), and the
- * longest prefix it agrees with plus one token of its own is kept. Two
+ * longest prefix it agrees with plus one token of its own is kept. Three
  * drafts:
  *  - the same weights with a skip mask (self-speculation): the probe's
  *    ranking of the candidate layers says which go first; how many are
@@ -22,13 +22,16 @@
  * model in units of one decode step: a verification of r rows costs
  * vcost[r] (measured once per engine: ilpd bench --verify prints the same
  * table), a layer draft step the share of the weights its mask computes.
- * With a per-token acceptance rate a (a moving average per source), k
- * drafted tokens yield (1 - a^(k+1)) / (1 - a) tokens for vcost[k+1] + k
- * draft steps; the source and k with the best yield per cost are chosen,
- * and plain decoding (yield 1 per 1) when none beats it by SPEC_MARGIN. A
- * source left unused is tried again now and then (its rate may have
- * changed), so a request whose drafts are rejected decodes plainly, less a
- * short probe after SPEC_EXPLORE tokens, then 2, 4, ... times as many.
+ * With a per-token acceptance rate a (a moving average per source; the
+ * lookup cache has two, for the tokens its two latest occurrences agree on
+ * and for the guesses past them), k drafted tokens yield 1 + a + a^2 + ...
+ * + a^k tokens for vcost[k+1] + k draft steps; the source and k with the
+ * best yield per cost are chosen, and plain decoding (yield 1 per 1) when
+ * none beats it by SPEC_MARGIN. A source left unused is tried again now
+ * and then (its rate may have changed), so a request whose drafts are
+ * rejected decodes plainly, less a short probe after SPEC_EXPLORE tokens,
+ * then 2, 4, ... times as many. The rates and those clocks pass from
+ * request to request (spec_memory).
  *
  * This module is bookkeeping and arithmetic only; the generate loop
  * (engine/engine.c) runs the model.

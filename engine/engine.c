@@ -896,7 +896,7 @@ static int pick_speculative(gen *g, int32_t tok, int32_t *out, int *n_out) {
         res->n_drafted += k;
         res->n_accepted += accepted;
     }
-    spec_record(g->spec, src, k, sure < k ? sure : k, accepted, res->n_generated + *n_out);
+    spec_record(g->spec, src, k, sure, accepted, res->n_generated + *n_out);
     return 0;
 }
 

@@ -76,7 +76,8 @@ static void cand_select(struct sampler_cand *c, int n, int k) {
 }
 
 /* Candidates in order, sorted only as far as a walk needs: the first
- * SORTED of s->cand[0, k) are the best in order, the rest unordered. */
+ * SORTED of s->cand[0, k) are in walking order (the best first, or as they
+ * lie when the whole top k is drawn from), the rest unordered. */
 typedef struct {
     sampler *s;
     int k, sorted;
@@ -113,7 +114,10 @@ static int nucleus(sampler *s, const float *logits, cand_walk *w, double *sum, d
     }
     *w = (cand_walk){s, k, 0};
     *kept = 1;
-    if (s->top_p >= 1) return k;
+    if (s->top_p >= 1) { /* the whole top k: any order draws from it, and sorting would cost most of the step */
+        w->sorted = k;
+        return k;
+    }
     *kept = 0;
     int m = 0;
     while (m < k) {
@@ -130,13 +134,6 @@ int sampler_sample(sampler *s, const float *logits) {
     cand_walk w;
     int m = nucleus(s, logits, &w, &sum, &kept);
     double r = next_uniform(s) * kept * sum, acc = 0;
-    if (m == w.k) { /* the whole top k: any order draws from it, and sorting would cost most of the step */
-        for (int i = 0; i < m; i++) {
-            acc += s->cand[i].p;
-            if (r < acc) return s->cand[i].id;
-        }
-        return s->cand[m - 1].id;
-    }
     for (int i = 0; i < m; i++) {
         const struct sampler_cand *c = cand_at(&w, i);
         acc += c->p;
@@ -155,10 +152,6 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
     double sum, kept;
     cand_walk w;
     int m = nucleus(s, logits, &w, &sum, &kept);
-    if (m == w.k) { /* the whole top k: no order needed */
-        for (int i = 0; i < m; i++) probs[s->cand[i].id] = (float)(s->cand[i].p / (kept * sum));
-        return;
-    }
     for (int i = 0; i < m; i++) probs[cand_at(&w, i)->id] = (float)(cand_at(&w, i)->p / (kept * sum));
 }
 

@@ -1,7 +1,6 @@
 /* speculate.c - draft policy, prompt lookup and speculative sampling. */
 #include "engine/speculate.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +133,7 @@ static void rate_update(double *rate, int from, int to, int accepted) {
 
 int spec_record(spec_state *s, spec_source src, int drafted, int sure, int accepted, int n_generated) {
     if (src == SPEC_PLAIN || drafted < 1) return 0;
+    if (sure > drafted) sure = drafted; /* the draft may stop before the agreed tokens do */
     s->verifications++;
     s->drafted += drafted;
     s->accepted += accepted;

@@ -420,7 +420,7 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
      * quarter of it; the last chunks go to whichever thread is free. A
      * small product runs on the calling thread: waking and waiting for the
      * workers costs more than it (CPU_SERIAL_MACS). */
-    size_t chunk = items / ((size_t)c->n_threads * 4);
+    size_t chunk = items / ((size_t)c->n_threads * (j.fmm && n > KB_EXACT_ROWS ? 1 : 4));
     if (chunk < 1) chunk = 1;
     if ((double)w->rows * w->cols * n < CPU_SERIAL_MACS)
         matmul_items(&j, 0, items, 0);

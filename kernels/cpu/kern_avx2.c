@@ -113,8 +113,108 @@ static AI T256 void row_dot_tt(int wt, int TT, const uint8_t *w, const float *x,
     }
 }
 
+/* Prefill (more than KB_EXACT_ROWS tokens) as outer products, 8 tokens per
+ * vector, as kern_avx512.c does with 16: the activation is transposed once
+ * per call into XT (k-major, tokens padded with zeros to whole vectors);
+ * panels of 4 weight rows x KB columns are converted to float once (P) and
+ * run over a block of XT (KB x 64 tokens = 32 KiB) that stays in cache, the
+ * next panel prefetched meanwhile; each tile's sums live in ACC between
+ * blocks. 4 rows x 3 vectors of accumulators, the 4 weights and a vector of
+ * tokens fill the 16 registers. */
+#define KB 128
+#define SG 64 /* rows whose sums stay in ACC while one XT block is hot */
+_Static_assert(CPU_MM_TMP_FLOATS(0) == (size_t)SG * 64, "the transposed activation and ACC fit the matmul scratch");
+
+static AI T256 void otile(int NV, const float *P, const float *xt, int ldt, int kb, float *acc, int first) {
+    __m256 c[4][3];
+    for (int i = 0; i < 4; i++)
+        for (int v = 0; v < NV; v++) c[i][v] = first ? _mm256_setzero_ps() : _mm256_load_ps(acc + i * ldt + v * 8);
+    for (int k = 0; k < kb; k++) {
+        __m256 xv[3];
+        for (int v = 0; v < NV; v++) xv[v] = _mm256_load_ps(xt + (size_t)k * ldt + v * 8);
+        for (int i = 0; i < 4; i++) {
+            __m256 wv = _mm256_broadcast_ss(P + i * KB + k);
+            for (int v = 0; v < NV; v++) c[i][v] = _mm256_fmadd_ps(wv, xv[v], c[i][v]);
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int v = 0; v < NV; v++) _mm256_store_ps(acc + i * ldt + v * 8, c[i][v]);
+}
+
+/* DST[k*ldd + i] = SRC[i*lds + k] for k < KN (<= 8) and i < 8, rows i >= N
+ * read as zeros: in registers when the block is whole. */
+static AI T256 void transpose8(const float *src, size_t lds, int n, int kn, float *dst, size_t ldd) {
+    if (n < 8 || kn < 8) {
+        for (int k = 0; k < kn; k++)
+            for (int i = 0; i < 8; i++) dst[(size_t)k * ldd + i] = i < n ? src[(size_t)i * lds + k] : 0.0f;
+        return;
+    }
+    __m256 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (size_t)i * lds);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) { /* u[j+m]: rows j..j+3, columns m and m + 4 (one per lane) */
+        u[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+        u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xEE);
+        u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; m++) {
+        _mm256_store_ps(dst + (size_t)m * ldd, _mm256_permute2f128_ps(u[m], u[4 + m], 0x20));
+        _mm256_store_ps(dst + (size_t)(m + 4) * ldd, _mm256_permute2f128_ps(u[m], u[4 + m], 0x31));
+    }
+}
+
+/* Rows [0, rows4) (rows4 % 4 == 0), 1 <= n <= 64 tokens; XT and ACC are
+ * scratch of cols x ldt and SG x ldt floats (32-byte aligned). */
+static AI T256 void mm_float_outer(int wt, const uint8_t *w, size_t rb, int rows4, const float *x, int ldx, int n,
+                                   int cols, float *out, int ldo, float *xt, float *acc) {
+    float P[4 * KB] __attribute__((aligned(32)));
+    const size_t esz = wt == W_F32 ? 4 : 2;
+    const int nv = (n + 7) / 8, ldt = nv * 8;
+    for (int t = 0; t < ldt; t += 8)
+        for (int k = 0; k < cols; k += 8)
+            transpose8(x + (size_t)t * ldx + k, ldx, n - t < 8 ? n - t : 8, cols - k < 8 ? cols - k : 8,
+                       xt + (size_t)k * ldt + t, ldt);
+    for (int s0 = 0; s0 < rows4; s0 += SG) {
+        int ns = rows4 - s0 < SG ? rows4 - s0 : SG;
+        for (int k0 = 0; k0 < cols; k0 += KB) {
+            int kb = cols - k0 < KB ? cols - k0 : KB;
+            for (int r0 = s0; r0 < s0 + ns; r0 += 4) {
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *wr = w + (size_t)(r0 + i) * rb;
+                    int k = 0;
+                    for (; k + 8 <= kb; k += 8) _mm256_store_ps(P + i * KB + k, loadw(wt, wr, k0 + k));
+                    for (; k < kb; k++) P[i * KB + k] = wscalar(wt, wr, k0 + k);
+                }
+                { /* the next panel's weights come from memory while this one computes */
+                    int nr0 = r0 + 4, nk0 = k0;
+                    if (nr0 >= s0 + ns) {
+                        nr0 = k0 + KB < cols ? s0 : s0 + SG;
+                        nk0 = k0 + KB < cols ? k0 + KB : 0;
+                    }
+                    int nrr = rows4 - nr0 < 4 ? rows4 - nr0 : 4, nkb = cols - nk0 < KB ? cols - nk0 : KB;
+                    for (int i = 0; i < nrr; i++)
+                        for (size_t l = 0; l < (size_t)nkb * esz; l += 64)
+                            _mm_prefetch((const char *)(w + (size_t)(nr0 + i) * rb + (size_t)nk0 * esz + l), _MM_HINT_T0);
+                }
+                float *ac = acc + (size_t)(r0 - s0) * ldt;
+                const float *xb = xt + (size_t)k0 * ldt;
+                int v = 0;
+                for (; v + 3 <= nv; v += 3) otile(3, P, xb + 8 * v, ldt, kb, ac + 8 * v, k0 == 0);
+                if (nv - v == 2) otile(2, P, xb + 8 * v, ldt, kb, ac + 8 * v, k0 == 0);
+                else if (nv - v == 1) otile(1, P, xb + 8 * v, ldt, kb, ac + 8 * v, k0 == 0);
+            }
+        }
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < ns; r++) out[(size_t)t * ldo + s0 + r] = acc[(size_t)r * ldt + t];
+    }
+}
+
 static AI T256 void mm_float(int wt, const void *wv, size_t rb, int rows, const float *x, int ldx, int n, int cols,
-                             float *out, int ldo) {
+                             float *out, int ldo, float *xt) {
     const uint8_t *w = wv;
     int r = 0;
     if (n <= KB_EXACT_ROWS) { /* decode and small batches: one order for every token count */
@@ -125,6 +225,13 @@ static AI T256 void mm_float(int wt, const void *wv, size_t rb, int rows, const 
             if (t < n) row_dot_tt(wt, 1, wr, x + (size_t)t * ldx, ldx, cols, out + (size_t)t * ldo + r, ldo);
         }
         return;
+    }
+    if (rows >= 4 && xt) { /* xt: CPU_MM_TMP_FLOATS(cols) >= (cols + SG) * ldt floats */
+        size_t ldt = (size_t)(n < 64 ? n + 7 : 64) / 8 * 8;
+        r = rows / 4 * 4;
+        for (int t = 0; t < n; t += 64)
+            mm_float_outer(wt, w, rb, r, x + (size_t)t * ldx, ldx, n - t < 64 ? n - t : 64, cols,
+                           out + (size_t)t * ldo, ldo, xt, xt + (size_t)cols * ldt);
     }
     for (; r + 4 <= rows; r += 4) {
         const uint8_t *wr = w + (size_t)r * rb;
@@ -142,18 +249,15 @@ static AI T256 void mm_float(int wt, const void *wv, size_t rb, int rows, const 
 
 static T256 void mm_f32(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
                         int ldo, float *tmp) {
-    (void)tmp; /* no prefill kernel that keeps a transposed activation */
-    mm_float(W_F32, w, rb, rows, x, ldx, n, cols, out, ldo);
+    mm_float(W_F32, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
 static T256 void mm_f16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
                         int ldo, float *tmp) {
-    (void)tmp; /* no prefill kernel that keeps a transposed activation */
-    mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo);
+    mm_float(W_F16, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
 static T256 void mm_bf16(const void *w, size_t rb, int rows, const float *x, int ldx, int n, int cols, float *out,
                          int ldo, float *tmp) {
-    (void)tmp; /* no prefill kernel that keeps a transposed activation */
-    mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo);
+    mm_float(W_BF16, w, rb, rows, x, ldx, n, cols, out, ldo, tmp);
 }
 
 static AI int32_t ld32(const int8_t *p) {

@@ -295,19 +295,32 @@ static int has_bf16_dot; /* set by cpu_kern_avx512() */
  * ACC (R rows of ldt floats; FIRST: set instead). Each vdpbf16ps adds 16
  * tokens x 2 columns; the weight pair is broadcast as it lies in the row. */
 static AI T512BF void bf16_tile(int R, int nv, const uint8_t *w, size_t rb, int cols, int k2a, int k2b,
-                                const uint32_t *xp, int ldt, float *acc, int first) {
+                                const uint32_t *xp, int ldt, float *acc, int first, int npf) {
     __m512 a[6][4];
     for (int i = 0; i < R; i++)
         for (int v = 0; v < nv; v++) a[i][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (size_t)i * ldt + 16 * v);
-    int cols2 = cols / 2;
-    for (int k2 = k2a; k2 < k2b; k2++) {
+    int full = cols / 2 < k2b ? cols / 2 : k2b; /* whole pairs; an odd last column after them */
+    const uint32_t *x = xp + (size_t)k2a * ldt;
+    const uint8_t *wk = w + (size_t)k2a * 4;
+    for (int k2 = k2a; k2 < full; k2++, x += ldt, wk += 4) {
+        if (((k2 - k2a) & 15) == 0) /* the next tile's lines, a tile ahead of their use */
+            for (int i = 0; i < npf; i++) _mm_prefetch((const char *)(wk + (size_t)(R + i) * rb), _MM_HINT_T0);
         __m512i xv[4];
-        for (int v = 0; v < nv; v++) xv[v] = _mm512_load_si512((const void *)(xp + (size_t)k2 * ldt + 16 * v));
+        for (int v = 0; v < nv; v++) xv[v] = _mm512_load_si512((const void *)(x + 16 * v));
         for (int i = 0; i < R; i++) {
-            uint32_t pair = 0;
-            if (k2 < cols2) memcpy(&pair, w + (size_t)i * rb + (size_t)k2 * 4, 4);
-            else memcpy(&pair, w + (size_t)i * rb + (size_t)k2 * 4, 2); /* an odd last column: high half zero */
-            __m512bh wb = (__m512bh)_mm512_set1_epi32((int)pair);
+            int32_t pair;
+            memcpy(&pair, wk + (size_t)i * rb, 4);
+            __m512bh wb = (__m512bh)_mm512_set1_epi32(pair);
+            for (int v = 0; v < nv; v++) a[i][v] = _mm512_dpbf16_ps(a[i][v], wb, (__m512bh)xv[v]);
+        }
+    }
+    if (full < k2b) { /* the odd last column: paired with zero */
+        __m512i xv[4];
+        for (int v = 0; v < nv; v++) xv[v] = _mm512_load_si512((const void *)(x + 16 * v));
+        for (int i = 0; i < R; i++) {
+            uint16_t h;
+            memcpy(&h, wk + (size_t)i * rb, 2);
+            __m512bh wb = (__m512bh)_mm512_set1_epi32((int)h);
             for (int v = 0; v < nv; v++) a[i][v] = _mm512_dpbf16_ps(a[i][v], wb, (__m512bh)xv[v]);
         }
     }
@@ -364,7 +377,8 @@ static T512BF void mm_bf16_dot(const uint8_t *w, size_t rb, int rows, const floa
                     int R = ns - r >= 6 ? 6 : ns - r >= 4 ? 4 : 1;
                     const uint8_t *wr = w + (size_t)(s0 + r) * rb;
                     float *ac = acc + (size_t)r * ldt;
-#define BF16_TILE(RR, NV) bf16_tile(RR, NV, wr, rb, cols, k2, k2b, xp, ldt, ac, k2 == 0)
+                    int npf = rows - (s0 + r + R) < 6 ? rows - (s0 + r + R) : 6;
+#define BF16_TILE(RR, NV) bf16_tile(RR, NV, wr, rb, cols, k2, k2b, xp, ldt, ac, k2 == 0, npf)
                     if (R == 6) {
                         switch (nv) {
                         case 1: BF16_TILE(6, 1); break;

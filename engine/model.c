@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define MODEL_CHUNK 64 /* prompt rows per matmul */
 /* Each tensor starts on its own page, so that one layer's weights can be
@@ -454,14 +455,20 @@ int model_load(model *m, const gguf_file *f, kb_backend *kb, char *err, size_t e
     }
     madvise(m->weights_mem, span, MADV_HUGEPAGE); /* advice: failure is harmless */
     m->weights_bytes = total;
-    size_t off = 0;
+    size_t off = 0, page = (size_t)sysconf(_SC_PAGESIZE);
     for (int i = 0; i < n_refs; i++) {
-        memcpy((uint8_t *)m->weights_mem + off, (const uint8_t *)refs[i].t->data + refs[i].off, refs[i].w->nbytes);
+        const uint8_t *src = (const uint8_t *)refs[i].t->data + refs[i].off;
+        memcpy((uint8_t *)m->weights_mem + off, src, refs[i].w->nbytes);
         refs[i].w->host = (uint8_t *)m->weights_mem + off;
         off += WEIGHT_SPAN(refs[i].w->nbytes);
+        /* the file's pages go as soon as they are copied, so that the
+         * peak memory is the weights once, not twice (a page shared with
+         * a tensor still to copy is read again from the page cache) */
+        uintptr_t a = (uintptr_t)src / page * page, b = ((uintptr_t)src + refs[i].w->nbytes) / page * page;
+        if (f->owns_map && b > a) madvise((void *)a, b - a, MADV_DONTNEED);
     }
     if (m->output.host == NULL) m->output = m->tok_embd;
-    madvise((void *)f->map, f->map_size, MADV_DONTNEED);
+    if (f->owns_map) madvise((void *)f->map, f->map_size, MADV_DONTNEED); /* a caller's buffer stays */
     for (int l = 0; l < m->n_layers; l++) {
         model_layer *L = &m->layers[l];
         for (size_t i = 0; i < N_LAYER_WEIGHTS; i++) {

@@ -253,6 +253,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->weight_bytes = m->weights_bytes;
     for (int l = 0; l < m->n_layers; l++) in->layer_bytes[l] = m->layers[l].bytes;
     in->head_bytes = m->output.nbytes + m->output_norm.nbytes;
+    in->weight_type = ggml_type_name(m->layers[0].w_gate.type);
     if (p->probe_k > 0 && p->probe_k > m->n_layers - 2) {
         snprintf(err, errlen, "%s: probe K %d: this model has %d layers, so K must be in 1..%d", p->model_path,
                  p->probe_k, m->n_layers, m->n_layers - 2);

@@ -79,6 +79,7 @@ typedef struct {
     size_t weight_bytes;       /* bytes of weights held in memory */
     size_t layer_bytes[MASK_MAX_LAYERS]; /* weight bytes of each layer */
     size_t head_bytes;         /* weight bytes of the output head (read every token) */
+    const char *weight_type;   /* the type of the layers' FFN gate weight: "Q4_K", "BF16", ... */
     int thinking_tags;         /* the vocabulary has <think> and </think>: thoughts are split off */
     int probe_k;               /* layers that always run before the probe decides */
     int probe_loaded;          /* 1 when a probe matched the model and skipping is on */

@@ -5,11 +5,13 @@
  *   several passes); generation reads every computed layer's weights and the
  *   output head once per token, so bandwidth / those bytes is the
  *   generation roofline (tok/s), and tg / roofline the ratio reached;
- * - arithmetic peak: N threads run independent FMA chains (float) and
- *   VNNI int8 dot products; 2 * parameters per token over that peak is the
- *   prompt roofline (F32/F16/BF16 weights against the float peak, the
+ * - arithmetic peak: N threads run independent FMA chains (float), VNNI
+ *   int8 dot products and BF16 pair dot products; 2 * parameters per token
+ *   over that peak is the prompt roofline (F32/F16 weights against the float
+ *   peak, BF16 against the BF16 dot's where the kernels use one, the
  *   quantized types against the int8 peak, since their activations are
- *   quantized to int8).
+ *   quantized to int8). The probes use what the kernels may use under
+ *   ILPD_CPU_ISA.
  *
  * The prompt is P random token ids (fixed seed), generation is greedy for
  * exactly N tokens (end-of-generation tokens do not stop it). A warm-up
@@ -40,7 +42,7 @@ typedef struct {
     const uint8_t *p;
     size_t n;
     uint64_t sum;
-    int kind; /* bandwidth: 0; FMA: 1; VNNI: 2 */
+    int kind; /* bandwidth: 0; FMA: 1; VNNI: 2; BF16 dot: 3 */
     long iters;
     double ops;
     pthread_barrier_t *bar;
@@ -127,6 +129,24 @@ __attribute__((target("avx512f,avx512vnni"))) static double vnni_avx512(long ite
     return (double)sum;
 }
 
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_avx512(long iters) {
+    const __m512bh u = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F), w = (__m512bh)_mm512_set1_epi32(0x33D633D6);
+#define DECL(i) __m512 a##i = _mm512_set1_ps((float)i);
+    CHAINS12(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) a##i = _mm512_dpbf16_ps(a##i, u, w);
+        CHAINS12(STEP)
+#undef STEP
+        KEEP12(a);
+    }
+    __m512 s = _mm512_setzero_ps();
+#define SUM(i) s = _mm512_add_ps(s, a##i);
+    CHAINS12(SUM)
+#undef SUM
+    return _mm512_reduce_add_ps(s);
+}
+
 __attribute__((target("avx2"))) static double maddubs_avx2(long iters) {
     const __m256i u = _mm256_set1_epi8(3), w = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
 #define DECL(i) __m256i a##i = _mm256_set1_epi32(i);
@@ -155,9 +175,18 @@ static uint64_t read_plain(const uint8_t *p, size_t n) {
     return s;
 }
 
+/* 1 when ILPD_CPU_ISA keeps the kernels below LEVEL ("avx512" or "avx2"):
+ * the probes follow the cap. */
+static int isa_capped(const char *level) {
+    const char *cap = getenv("ILPD_CPU_ISA");
+    if (!cap) return 0;
+    if (!strcmp(cap, "scalar")) return 1;
+    return !strcmp(level, "avx512") && (!strcmp(cap, "avx2") || !strcmp(cap, "avxvnni"));
+}
+
 static int have_avx512(void) {
 #ifdef BENCH_X86
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni") && !isa_capped("avx512");
 #else
     return 0;
 #endif
@@ -165,7 +194,16 @@ static int have_avx512(void) {
 
 static int have_avx2(void) {
 #ifdef BENCH_X86
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !isa_capped("avx2");
+#else
+    return 0;
+#endif
+}
+
+/* The BF16 pair dot product that BF16 prompts run on (kern_avx512.c). */
+static int have_bf16_dot(void) {
+#ifdef BENCH_X86
+    return have_avx512() && __builtin_cpu_supports("avx512bf16") && !getenv("ILPD_CPU_NO_BF16");
 #else
     return 0;
 #endif
@@ -202,6 +240,14 @@ static void *probe_thread(void *v) {
             a->ops = (double)a->iters * 12 * 64 * 2;
         } else if (have_avx2()) {
             a->sum = (uint64_t)maddubs_avx2(a->iters);
+            a->ops = (double)a->iters * 12 * 32 * 2;
+        }
+#endif
+        break;
+    case 3:
+#ifdef BENCH_X86
+        if (have_bf16_dot()) {
+            a->sum = (uint64_t)dpbf16_avx512(a->iters);
             a->ops = (double)a->iters * 12 * 32 * 2;
         }
 #endif
@@ -255,7 +301,7 @@ static double measure_bandwidth(int n, int reps) {
     return best;
 }
 
-/* Peak ops/s of KIND (1: float FMA, 2: int8 dot) on n threads, best of 3. */
+/* Peak ops/s of KIND (1: float FMA, 2: int8 dot, 3: BF16 dot) on n threads, best of 3; 0 where the CPU lacks it. */
 static double measure_peak(int kind, int n) {
     double best = 0;
     for (int r = 0; r < 3; r++) {
@@ -368,7 +414,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
 /* What one bench run measured, and the shape it needs to report it. */
 typedef struct {
     char name[256];
-    int n_layers, computed, n_generated, quant;
+    int n_layers, computed, n_generated, quant, bf16; /* bf16: BF16 weights */
     size_t wbytes, wbytes_full, head_bytes, kv_bytes, peak_rss, rss;
     double layer_params, params, t_load, best_pp, best_tg, best_ttft;
     double grammar_ms, decode_ms;  /* --json-schema: time in the grammar, and in decoding, of the best run */
@@ -466,6 +512,7 @@ static int bench_run(const bench_opts *o, bench_result *r) {
     r->peak_rss = (size_t)ru.ru_maxrss * 1024;
     r->rss = current_rss();
     snprintf(r->name, sizeof r->name, "%s", in->name);
+    r->bf16 = !strcmp(in->weight_type, "BF16");
     r->n_layers = in->n_layers;
     /* quantized when the layers hold fewer than 2 bytes per parameter */
     r->quant = (double)(r->wbytes - r->head_bytes) / (r->layer_params * (r->computed ? r->computed : 1)) < 1.9;
@@ -482,18 +529,20 @@ static void bench_report(const bench_opts *o, const bench_result *r) {
     double bw = measure_bandwidth(o->n_threads, 5);
     double flops = measure_peak(1, o->n_threads), iops = measure_peak(2, o->n_threads);
     double roof_tg = bw > 0 ? bw / (double)r->wbytes : 0;
-    double peak = r->quant ? iops : flops;
+    double bflops = r->bf16 ? measure_peak(3, o->n_threads) : 0;
+    double peak = r->quant ? iops : bflops > 0 ? bflops : flops;
+    const char *unit = r->quant ? "op(int8)" : bflops > 0 ? "flop(bf16 dot)" : "flop";
     double roof_pp = peak > 0 ? peak / (2 * r->params) : 0;
     if (o->json) {
         printf("{\"model\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"n_generated\":%d,\"layers\":%d,"
                "\"layers_computed\":%d,\"pp_tok_s\":%.3f,\"tg_tok_s\":%.3f,\"ttft_ms\":%.3f,\"peak_rss_bytes\":%zu,"
                "\"rss_bytes\":%zu,\"kv_bytes\":%zu,\"weight_bytes_per_token\":%zu,\"weight_bytes_per_token_full\":%zu,"
                "\"bandwidth_gbs\":%.3f,\"tg_roofline_tok_s\":%.3f,\"tg_roofline_ratio\":%.4f,\"peak_gflops\":%.1f,"
-               "\"peak_int8_gops\":%.1f,\"pp_roofline_tok_s\":%.3f,\"pp_roofline_ratio\":%.4f,\"load_s\":%.3f,"
+               "\"peak_int8_gops\":%.1f,\"peak_bf16_gflops\":%.1f,\"pp_roofline_tok_s\":%.3f,\"pp_roofline_ratio\":%.4f,\"load_s\":%.3f,"
                "\"grammar_ms\":%.3f,\"grammar_share\":%.5f,\"forced_tokens\":%d,\"grammar_masks\":%d}\n",
                r->name, o->n_threads, o->n_prompt, o->n_gen, r->n_generated, r->n_layers, r->computed, r->best_pp,
                r->best_tg, r->best_ttft, r->peak_rss, r->rss, r->kv_bytes, r->wbytes, r->wbytes_full, bw / 1e9, roof_tg,
-               roof_tg > 0 ? r->best_tg / roof_tg : 0, flops / 1e9, iops / 1e9, roof_pp,
+               roof_tg > 0 ? r->best_tg / roof_tg : 0, flops / 1e9, iops / 1e9, bflops / 1e9, roof_pp,
                roof_pp > 0 ? r->best_pp / roof_pp : 0, r->t_load, r->grammar_ms,
                r->decode_ms > 0 ? r->grammar_ms / r->decode_ms : 0, r->n_forced, r->n_masks);
         return;
@@ -501,7 +550,7 @@ static void bench_report(const bench_opts *o, const bench_result *r) {
     printf("model            %s (%d layers, %d computed)\n", o->model, r->n_layers, r->computed);
     printf("threads          %d\n", o->n_threads);
     printf("prompt           %d tokens: %.2f tok/s (roofline %.1f tok/s at %.0f G%s/s: %.0f%%)\n", o->n_prompt,
-           r->best_pp, roof_pp, peak / 1e9, r->quant ? "op(int8)" : "flop", roof_pp > 0 ? 100 * r->best_pp / roof_pp : 0);
+           r->best_pp, roof_pp, peak / 1e9, unit, roof_pp > 0 ? 100 * r->best_pp / roof_pp : 0);
     printf("generation       %d tokens: %.2f tok/s (roofline %.2f tok/s: %.0f%%)\n", r->n_generated, r->best_tg, roof_tg,
            roof_tg > 0 ? 100 * r->best_tg / roof_tg : 0);
     printf("time to first    %.1f ms\n", r->best_ttft);
@@ -511,7 +560,9 @@ static void bench_report(const bench_opts *o, const bench_result *r) {
                r->decode_ms > 0 ? 100 * r->grammar_ms / r->decode_ms : 0, r->n_forced, r->n_masks);
     printf("weights/token    %.1f MB (full depth %.1f MB)\n", r->wbytes / 1e6, r->wbytes_full / 1e6);
     printf("read bandwidth   %.2f GB/s (%d threads)\n", bw / 1e9, o->n_threads);
-    printf("peak compute     %.1f GFLOP/s (FMA), %.1f GOP/s (int8)\n", flops / 1e9, iops / 1e9);
+    printf("peak compute     %.1f GFLOP/s (FMA), %.1f GOP/s (int8)", flops / 1e9, iops / 1e9);
+    if (bflops > 0) printf(", %.1f GFLOP/s (BF16 dot)", bflops / 1e9);
+    printf("\n");
     printf("peak RSS         %.1f MB (now %.1f MB)\n", r->peak_rss / 1e6, r->rss / 1e6);
     printf("KV cache         %zu bytes\n", r->kv_bytes);
     printf("load             %.2f s\n", r->t_load);

@@ -419,10 +419,10 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
     /* Each thread streams its own contiguous share in chunks of about a
      * quarter of it; the last chunks go to whichever thread is free. A
      * small product runs on the calling thread: waking and waiting for the
-     * workers costs more than it (CPU_SERIAL_MACS). */
+     * workers costs more than it (CPU_SERIAL_MACS, CPU_SERIAL_BYTES). */
     size_t chunk = items / ((size_t)c->n_threads * (j.fmm && n > KB_EXACT_ROWS ? 1 : 4));
     if (chunk < 1) chunk = 1;
-    if ((double)w->rows * w->cols * n < CPU_SERIAL_MACS)
+    if ((double)w->rows * w->cols * n < CPU_SERIAL_MACS && (size_t)w->rows * j.row_bytes < CPU_SERIAL_BYTES)
         matmul_items(&j, 0, items, 0);
     else
         tp_run_dynamic(c->pool, matmul_items, &j, items, chunk);
@@ -590,7 +590,9 @@ static void cpu_attention(kb_backend *kb, float *out, const float *q, const floa
     kv_store(c->k, cache->k, cache, k, n, pos0, s->head_dim);
     kv_store(c->k, cache->v, cache, v, n, pos0, s->head_dim);
     attn_job j = {c, out, q, cache, pos0, s};
-    if (2.0 * n * s->n_heads * s->head_dim * (pos0 + n) < CPU_SERIAL_MACS)
+    size_t kv_bytes = ((size_t)pos0 + (size_t)n) * (size_t)s->n_kv_heads * (size_t)s->head_dim * 2 *
+                      (cache->type == KB_KV_F16 ? 2 : 4);
+    if (2.0 * n * s->n_heads * s->head_dim * (pos0 + n) < CPU_SERIAL_MACS && kv_bytes < CPU_SERIAL_BYTES)
         attn_items(&j, 0, (size_t)n * s->n_kv_heads, 0);
     else
         tp_run_dynamic(c->pool, attn_items, &j, (size_t)n * s->n_kv_heads, 1);

@@ -45,10 +45,15 @@ extern "C" {
 #endif
 
 #define CPU_QK 32         /* activation block */
-/* Multiply-adds below which a matmul or an attention runs on the calling
- * thread alone: about 0.1 ms of work, what waking the pool and waiting for
- * its slowest thread costs on a busy machine (small models, short batches). */
+/* A matmul or an attention runs on the calling thread alone when it does
+ * fewer multiply-adds than CPU_SERIAL_MACS (about 0.1 ms of arithmetic,
+ * what waking the pool and waiting for its slowest thread costs on a busy
+ * machine) and reads fewer bytes than CPU_SERIAL_BYTES (about 10 us of one
+ * thread's memory stream): small models and short batches. Decoding a
+ * larger model reads far more bytes than it does arithmetic, and every
+ * thread adds bandwidth. */
 #define CPU_SERIAL_MACS (1 << 22)
+#define CPU_SERIAL_BYTES (256 << 10)
 #define RP_ROWS 16    /* rows per repacked group */
 
 /* The x16 group block of the 32-value types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,

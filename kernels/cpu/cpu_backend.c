@@ -418,8 +418,10 @@ static void cpu_matmul(kb_backend *kb, float *out, const kb_weight *w, const flo
     }
     /* Each thread streams its own contiguous share in chunks of about a
      * quarter of it; the last chunks go to whichever thread is free. A
-     * small product runs on the calling thread: waking and waiting for the
-     * workers costs more than it (CPU_SERIAL_MACS, CPU_SERIAL_BYTES). */
+     * float prompt takes its share as one chunk: each call of its kernel
+     * transposes the whole activation first. A small product runs on the
+     * calling thread: waking and waiting for the workers costs more than it
+     * (CPU_SERIAL_MACS, CPU_SERIAL_BYTES). */
     size_t chunk = items / ((size_t)c->n_threads * (j.fmm && n > KB_EXACT_ROWS ? 1 : 4));
     if (chunk < 1) chunk = 1;
     if ((double)w->rows * w->cols * n < CPU_SERIAL_MACS && (size_t)w->rows * j.row_bytes < CPU_SERIAL_BYTES)

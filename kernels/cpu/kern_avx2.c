@@ -4,7 +4,9 @@
  * file again (KERN_AVX2_VNNI; the same sums, bit for bit: maddubs never
  * saturates here); the x16 groups of Q4_0, IQ4_NL and Q8_0 are read as two
  * halves of 8 rows; every other block type, Q4_K included (measured faster
- * than its x16 layout here), runs in the file layout (kern_rows.h). */
+ * than its x16 layout here), runs in the file layout (kern_rows.h). Float
+ * weights (F32, F16, BF16) decode row by row and run prompts as outer
+ * products over a transposed activation, as kern_avx512.c does. */
 #include "kernels/cpu/cpu_internal.h"
 
 #ifndef KERN_AVX2_VNNI
@@ -530,10 +532,109 @@ static T256 void to_f16(uint16_t *out, const float *x, size_t n) {
 }
 
 #define KERN_TARGET T256
-#define KERN_ATTN attn
+#define KERN_ATTN attn_generic
 #include "kernels/cpu/kern_attn.h"
 #undef KERN_TARGET
 #undef KERN_ATTN
+
+/* Attention of G heads over one KV head as kern_avx512.c does it, 8 wide:
+ * scores four positions at a time (the query pre-scaled, one horizontal
+ * sum for four), the values summed in registers over every position. Each
+ * (token, KV head) is computed the same way whatever the batch, so a small
+ * batch keeps one-token decoding's bits. */
+static AI T256 __m256 load_kv8(int f16, const void *base, size_t idx) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + idx)));
+    return _mm256_loadu_ps((const float *)base + idx);
+}
+
+/* [sum(a0), sum(a1), sum(a2), sum(a3)] */
+static AI T256 __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 t0 = _mm256_add_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+    __m256 t1 = _mm256_add_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+    __m256 t2 = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x44), _mm256_shuffle_ps(t0, t1, 0xEE));
+    return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
+}
+
+/* scores of one head: sc[t] = (scale q) . k_t over hd = 8 * nc values */
+static AI T256 void attn_scores(const float *q, const void *k, int f16, size_t stride, int npos, int nc, float scale,
+                                float *qs, float *sc) {
+    __m256 vs = _mm256_set1_ps(scale);
+    for (int c = 0; c < nc; c++) _mm256_storeu_ps(qs + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), vs));
+    int t = 0;
+    for (; t + 4 <= npos; t += 4) {
+        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int c = 0; c < nc; c++) {
+            __m256 qc = _mm256_loadu_ps(qs + 8 * c);
+            for (int i = 0; i < 4; i++) a[i] = _mm256_fmadd_ps(qc, load_kv8(f16, k, (t + i) * stride + 8 * c), a[i]);
+        }
+        _mm_storeu_ps(sc + t, hsum4(a[0], a[1], a[2], a[3]));
+    }
+    for (; t < npos; t++) {
+        __m256 a = _mm256_setzero_ps();
+        for (int c = 0; c < nc; c++) a = _mm256_fmadd_ps(_mm256_loadu_ps(qs + 8 * c), load_kv8(f16, k, t * stride + 8 * c), a);
+        sc[t] = hsum(a);
+    }
+}
+
+/* out[g][8 c0 .. 8 (c0 + CW)) = sum_t p[g][t] v_t for GG heads */
+static AI T256 void attn_values(int GG, int CW, const float *score, int npos, const void *v, int f16, size_t stride,
+                                int c0, int hd, float *out) {
+    __m256 acc[8][4];
+    for (int g = 0; g < GG; g++)
+        for (int c = 0; c < CW; c++) acc[g][c] = _mm256_setzero_ps();
+    for (int t = 0; t < npos; t++) {
+        __m256 vv[4];
+        for (int c = 0; c < CW; c++) vv[c] = load_kv8(f16, v, t * stride + 8 * (c0 + c));
+        for (int g = 0; g < GG; g++) {
+            __m256 p = _mm256_broadcast_ss(score + (size_t)g * npos + t);
+            for (int c = 0; c < CW; c++) acc[g][c] = _mm256_fmadd_ps(p, vv[c], acc[g][c]);
+        }
+    }
+    for (int g = 0; g < GG; g++)
+        for (int c = 0; c < CW; c++) _mm256_storeu_ps(out + (size_t)g * hd + 8 * (c0 + c), acc[g][c]);
+}
+
+/* The values of G heads, in as few passes over V as the 16 registers allow
+ * (G x CW accumulators, CW vectors of V and the broadcast weight). */
+static AI T256 void attn_values_all(int G, const float *score, int npos, const void *v, int f16, size_t stride, int hd,
+                                    float *out) {
+    int nc = hd / 8, c0 = 0;
+#define VALUES(GG, CW)                                                                                          \
+    do {                                                                                                        \
+        for (; c0 + CW <= nc; c0 += CW) attn_values(GG, CW, score, npos, v, f16, stride, c0, hd, out);          \
+        for (; c0 < nc; c0++) attn_values(GG, 1, score, npos, v, f16, stride, c0, hd, out);                     \
+    } while (0)
+    switch (G) {
+    case 1: VALUES(1, 4); break;
+    case 2: VALUES(2, 4); break;
+    case 3: VALUES(3, 2); break;
+    case 4: VALUES(4, 2); break;
+    case 5: VALUES(5, 1); break;
+    case 6: VALUES(6, 1); break;
+    case 7: VALUES(7, 1); break;
+    default: VALUES(8, 1); break;
+    }
+#undef VALUES
+}
+
+/* G query heads sharing one KV head (see cpu_internal.h). */
+static T256 void attn(const float *q, int G, const void *k, const void *v, int f16, size_t stride, int npos, int hd,
+                      float scale, float *score, float *out) {
+    if (hd % 8 || hd > 256 || G < 1 || G > 8) {
+        attn_generic(q, G, k, v, f16, stride, npos, hd, scale, score, out);
+        return;
+    }
+    float qs[256];
+    for (int g = 0; g < G; g++) {
+        float *sc = score + (size_t)g * npos;
+        attn_scores(q + (size_t)g * hd, k, f16, stride, npos, hd / 8, scale, qs, sc);
+        float mx = -INFINITY;
+        for (int t = 0; t < npos; t++) mx = sc[t] > mx ? sc[t] : mx;
+        float inv = 1.0f / exp_sum(sc, npos, mx);
+        for (int t = 0; t < npos; t++) sc[t] *= inv;
+    }
+    attn_values_all(G, score, npos, v, f16, stride, hd, out);
+}
 
 #define KERN_TARGET T256
 #define KERN_ROWS_R 2

@@ -64,108 +64,60 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size
 }
 
 /* 12 independent chains (named, so that they stay in registers) hide the
- * FMA latency on every current core: latency 4-5 x 2 per cycle. */
-#define CHAINS12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+ * latency of the instruction measured on every current core (4-5 cycles, 2
+ * per cycle). */
+#define CHAINS12_INIT(F) a0 = F(0), a1 = F(1), a2 = F(2), a3 = F(3), a4 = F(4), a5 = F(5), a6 = F(6), a7 = F(7), \
+                         a8 = F(8), a9 = F(9), a10 = F(10), a11 = F(11)
+#define CHAINS12_STEP(F)                                                                                    \
+    a0 = F(a0), a1 = F(a1), a2 = F(a2), a3 = F(a3), a4 = F(a4), a5 = F(a5), a6 = F(a6), a7 = F(a7), \
+    a8 = F(a8), a9 = F(a9), a10 = F(a10), a11 = F(a11)
+#define CHAINS12_SUM(ADD) \
+    ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))), ADD(ADD(a8, a9), ADD(a10, a11)))
 #define KEEP12(c) \
     __asm__ __volatile__("" : "+v"(c##0), "+v"(c##1), "+v"(c##2), "+v"(c##3), "+v"(c##4), "+v"(c##5), "+v"(c##6), \
                          "+v"(c##7), "+v"(c##8), "+v"(c##9), "+v"(c##10), "+v"(c##11))
 
-__attribute__((target("avx512f"))) static double fma_avx512(long iters) {
-    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-#define DECL(i) __m512 a##i = _mm512_set1_ps((float)i);
-    CHAINS12(DECL)
-#undef DECL
-    for (long it = 0; it < iters; it++) {
-#define STEP(i) a##i = _mm512_fmadd_ps(a##i, m, c);
-        CHAINS12(STEP)
-#undef STEP
-        KEEP12(a);
+/* Defines NAME(iters) for TARGET: 12 chains of TYPE set by SET1(i) and
+ * advanced ITERS times by STEP (using the constants CONSTS declares), then
+ * summed by ADD and reduced to one number by REDUCE (only so that the work
+ * is not optimised away). */
+#define PEAK_PROBE(NAME, TARGET, TYPE, CONSTS, SET1, STEP, ADD, REDUCE) \
+    __attribute__((target(TARGET))) static double NAME(long iters) {     \
+        CONSTS;                                                           \
+        TYPE CHAINS12_INIT(SET1);                                         \
+        for (long it = 0; it < iters; it++) {                             \
+            CHAINS12_STEP(STEP);                                          \
+            KEEP12(a);                                                    \
+        }                                                                 \
+        return REDUCE(CHAINS12_SUM(ADD));                                 \
     }
-    __m512 s = _mm512_setzero_ps();
-#define SUM(i) s = _mm512_add_ps(s, a##i);
-    CHAINS12(SUM)
-#undef SUM
-    return _mm512_reduce_add_ps(s);
-}
 
-__attribute__((target("avx2,fma"))) static double fma_avx2(long iters) {
-    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-#define DECL(i) __m256 a##i = _mm256_set1_ps((float)i);
-    CHAINS12(DECL)
-#undef DECL
-    for (long it = 0; it < iters; it++) {
-#define STEP(i) a##i = _mm256_fmadd_ps(a##i, m, c);
-        CHAINS12(STEP)
-#undef STEP
-        KEEP12(a);
-    }
-    __m256 s = _mm256_setzero_ps();
-#define SUM(i) s = _mm256_add_ps(s, a##i);
-    CHAINS12(SUM)
-#undef SUM
-    float o[8];
-    _mm256_storeu_ps(o, s);
-    return o[0];
-}
+#define FMA_CONSTS(V, SET1) const V m = SET1(0.999999f), c = SET1(1e-7f)
+#define INT8_CONSTS(V, SET1) const V u = SET1(3), w = SET1(-2)
 
-__attribute__((target("avx512f,avx512vnni"))) static double vnni_avx512(long iters) {
-    const __m512i u = _mm512_set1_epi8(3), w = _mm512_set1_epi8(-2);
-#define DECL(i) __m512i a##i = _mm512_set1_epi32(i);
-    CHAINS12(DECL)
-#undef DECL
-    for (long it = 0; it < iters; it++) {
-#define STEP(i) a##i = _mm512_dpbusd_epi32(a##i, u, w);
-        CHAINS12(STEP)
-#undef STEP
-        KEEP12(a);
-    }
-    __m512i t = _mm512_setzero_si512();
-#define SUM(i) t = _mm512_add_epi32(t, a##i);
-    CHAINS12(SUM)
-#undef SUM
-    uint32_t o[16], sum = 0; /* unsigned: the chains wrap around */
-    _mm512_storeu_si512((void *)o, t);
-    for (int i = 0; i < 16; i++) sum += o[i];
-    return (double)sum;
-}
+#define FMA512_STEP(x) _mm512_fmadd_ps(x, m, c)
+PEAK_PROBE(fma_avx512, "avx512f", __m512, FMA_CONSTS(__m512, _mm512_set1_ps), _mm512_set1_ps, FMA512_STEP,
+           _mm512_add_ps, _mm512_reduce_add_ps)
 
-__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_avx512(long iters) {
-    const __m512bh u = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F), w = (__m512bh)_mm512_set1_epi32(0x33D633D6);
-#define DECL(i) __m512 a##i = _mm512_set1_ps((float)i);
-    CHAINS12(DECL)
-#undef DECL
-    for (long it = 0; it < iters; it++) {
-#define STEP(i) a##i = _mm512_dpbf16_ps(a##i, u, w);
-        CHAINS12(STEP)
-#undef STEP
-        KEEP12(a);
-    }
-    __m512 s = _mm512_setzero_ps();
-#define SUM(i) s = _mm512_add_ps(s, a##i);
-    CHAINS12(SUM)
-#undef SUM
-    return _mm512_reduce_add_ps(s);
-}
+#define FMA256_STEP(x) _mm256_fmadd_ps(x, m, c)
+PEAK_PROBE(fma_avx2, "avx2,fma", __m256, FMA_CONSTS(__m256, _mm256_set1_ps), _mm256_set1_ps, FMA256_STEP,
+           _mm256_add_ps, _mm256_cvtss_f32)
 
-__attribute__((target("avx2"))) static double maddubs_avx2(long iters) {
-    const __m256i u = _mm256_set1_epi8(3), w = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
-#define DECL(i) __m256i a##i = _mm256_set1_epi32(i);
-    CHAINS12(DECL)
-#undef DECL
-    for (long it = 0; it < iters; it++) {
-#define STEP(i) a##i = _mm256_add_epi32(a##i, _mm256_madd_epi16(_mm256_maddubs_epi16(u, w), one));
-        CHAINS12(STEP)
-#undef STEP
-        KEEP12(a);
-    }
-    __m256i t = _mm256_setzero_si256();
-#define SUM(i) t = _mm256_add_epi32(t, a##i);
-    CHAINS12(SUM)
-#undef SUM
-    int32_t o[8];
-    _mm256_storeu_si256((__m256i *)o, t);
-    return o[0];
-}
+#define VNNI512_STEP(x) _mm512_dpbusd_epi32(x, u, w)
+#define VNNI512_REDUCE(s) (double)(uint32_t)_mm512_reduce_add_epi32(s) /* unsigned: the chains wrap around */
+PEAK_PROBE(vnni_avx512, "avx512f,avx512vnni", __m512i, INT8_CONSTS(__m512i, _mm512_set1_epi8), _mm512_set1_epi32,
+           VNNI512_STEP, _mm512_add_epi32, VNNI512_REDUCE)
+
+#define BF16_CONSTS \
+    const __m512bh u = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F), w = (__m512bh)_mm512_set1_epi32(0x33D633D6)
+#define BF16_STEP(x) _mm512_dpbf16_ps(x, u, w)
+PEAK_PROBE(dpbf16_avx512, "avx512f,avx512bf16", __m512, BF16_CONSTS, _mm512_set1_ps, BF16_STEP, _mm512_add_ps,
+           _mm512_reduce_add_ps)
+
+#define MADDUBS_STEP(x) _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(u, w), one))
+PEAK_PROBE(maddubs_avx2, "avx2", __m256i,
+           INT8_CONSTS(__m256i, _mm256_set1_epi8); const __m256i one = _mm256_set1_epi16(1), _mm256_set1_epi32,
+           MADDUBS_STEP, _mm256_add_epi32, _mm256_cvtsi256_si32)
 #endif
 
 static uint64_t read_plain(const uint8_t *p, size_t n) {

@@ -233,92 +233,139 @@ static AI KT float rows_hsum(__m256 v) {
 
 #define ROWS_PREFETCH 1024 /* bytes ahead in each row */
 #define ROWS_TMAX 4
+#define ROWS_XMAX 2 /* tokens of an exact tile (registers: two chains each) */
 
-/* Rows R, tokens t0..t0+TT-1 of the R rows at W (RB bytes apart). */
-static AI KT void rows_tile(int T, int R, int TT, const uint8_t *w, size_t rb, const act_q8 *a, int t0, float *out,
-                            int ldo) {
-    const int qk = rows_qk(T), nc = qk / 32, nb = a->nb, nsb = a->cols / qk;
+/* One integer scale per 32 values (Q4_K, Q5_K, IQ4_XS: byte 2c of sc). */
+static AI int rows_scale32(int T) { return T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K || T == GGML_TYPE_IQ4_XS; }
+
+/* Super-block SB of rows R x tokens TT into ACC (chain K of two).
+ *
+ * X = 0, the prefill tile: per chunk, the integer sums times the sub-block
+ * scale (madd), times the activation's scale in one float fma.
+ * X = 1, the exact tile (R = 1; decode and batches of up to KB_EXACT_ROWS,
+ * whose every token takes the same operations whatever the batch): the
+ * one-per-32 scales go into the activation's float factor instead (one
+ * multiply per super-block and token, not a shuffle and a widening per
+ * chunk), and the chunks alternate between two sums so that no token waits
+ * on one chain of dependent fmas. */
+static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, size_t rb, const act_q8 *a, int t0, int sb,
+                          __m256 acc[ROWS_RMAX][ROWS_TMAX][2], float accm[ROWS_RMAX][ROWS_TMAX]) {
+    const int qk = rows_qk(T), nc = qk / 32, nb = a->nb;
     const size_t bb = (size_t)rows_bb(T);
+    const int fold = X && rows_scale32(T);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    __m256 acc[ROWS_RMAX][ROWS_TMAX];
+    rows_prep p[ROWS_RMAX];
+    for (int r = 0; r < R; r++) {
+        const char *pf = (const char *)w + (size_t)r * rb + (size_t)sb * bb + ROWS_PREFETCH;
+        for (size_t o = 0; o < bb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+        rows_prepare(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r]);
+    }
+    float fs[ROWS_TMAX][8] __attribute__((aligned(32))); /* fold: activation scale x sub-block scale, per chunk */
+    if (fold) {
+        __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(p[0].sc, even)));
+        for (int t = 0; t < TT; t++)
+            _mm256_store_ps(fs[t], _mm256_mul_ps(_mm256_loadu_ps(a->d + (size_t)(t0 + t) * nb + (size_t)sb * nc), sc));
+        __asm__("" : "+m"(fs)); /* read back by broadcast loads, not two shuffles a chunk */
+    }
+    __m256 s[ROWS_RMAX][ROWS_TMAX][2];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) s[r][t][0] = s[r][t][1] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) {
+        __m256i q[ROWS_RMAX], u[ROWS_RMAX], sc[ROWS_RMAX];
+        for (int r = 0; r < R; r++) {
+            q[r] = rows_chunk(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r], c);
+            u[r] = rows_unsigned(T) ? q[r] : _mm256_abs_epi8(q[r]);
+            sc[r] = rows_scaled(T) && !fold ? rows_pick16(p[r].sc, c) : ones16;
+        }
+        for (int t = 0; t < TT; t++) {
+            size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc + c;
+            __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + blk * 32));
+            __m256 da = _mm256_set1_ps(fold ? fs[t][c] : a->d[blk]);
+            for (int r = 0; r < R; r++) {
+                __m256i sv = rows_unsigned(T) ? av : _mm256_sign_epi8(av, q[r]), d32;
+                if (rows_scaled(T) && !fold)
+                    d32 = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], sv), sc[r]);
+                else
+                    d32 = KERN_DPBUSD(_mm256_setzero_si256(), u[r], sv);
+                int k = X ? c & 1 : 0;
+                s[r][t][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), da, s[r][t][k]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) {
+            size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc;
+            __m256 *ac = &acc[r][t][K];
+            *ac = _mm256_fmadd_ps(X && nc > 1 ? _mm256_add_ps(s[r][t][0], s[r][t][1]) : s[r][t][0],
+                                  _mm256_set1_ps(p[r].d), *ac);
+            if (T == GGML_TYPE_Q2_K || rows_offset(T)) {
+                /* Q2_K: - dmin * m_g * S_g; Q3_K, Q6_K: - offset * d * sc_g * S_g, with S_g
+                 * the activation's d times the sum of its group g of 16 (ds16) */
+                const float *s16 = a->ds16 + 2 * blk;
+                __m128i v = T == GGML_TYPE_Q2_K ? p[r].mn : p[r].sc;
+                __m256 f = _mm256_set1_ps(T == GGML_TYPE_Q2_K ? p[r].dm : (float)rows_offset(T) * p[r].d);
+                __m256 m0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                __m256 m1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
+                *ac = _mm256_fnmadd_ps(_mm256_mul_ps(m0, f), _mm256_loadu_ps(s16), *ac);
+                *ac = _mm256_fnmadd_ps(_mm256_mul_ps(m1, f), _mm256_loadu_ps(s16 + 8), *ac);
+            }
+            if (T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K) { /* - dmin * m_j * (the sum of block j) */
+                __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p[r].mn));
+                *ac = _mm256_fnmadd_ps(_mm256_mul_ps(m, _mm256_set1_ps(p[r].dm)), _mm256_loadu_ps(a->ds + blk), *ac);
+            }
+            if (T == GGML_TYPE_Q4_1 || T == GGML_TYPE_Q5_1) accm[r][t] += p[r].dm * a->ds[blk];
+        }
+}
+
+/* Rows R, tokens t0..t0+TT-1 of the R rows at W (RB bytes apart); X: the
+ * exact tile (rows_sb), whose 32-value types also alternate blocks between
+ * two sums. */
+static AI KT void rows_tile(int T, int R, int TT, int X, const uint8_t *w, size_t rb, const act_q8 *a, int t0, float *out,
+                            int ldo) {
+    const int nsb = a->cols / rows_qk(T), pair = X && rows_qk(T) == 32;
+    __m256 acc[ROWS_RMAX][ROWS_TMAX][2];
     float accm[ROWS_RMAX][ROWS_TMAX];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) {
-            acc[r][t] = _mm256_setzero_ps();
+            acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
             accm[r][t] = 0;
         }
-    for (int sb = 0; sb < nsb; sb++) {
-        rows_prep p[ROWS_RMAX];
-        for (int r = 0; r < R; r++) {
-            const char *pf = (const char *)w + (size_t)r * rb + (size_t)sb * bb + ROWS_PREFETCH;
-            for (size_t o = 0; o < bb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-            rows_prepare(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r]);
-        }
-        __m256 s[ROWS_RMAX][ROWS_TMAX];
-        for (int r = 0; r < R; r++)
-            for (int t = 0; t < TT; t++) s[r][t] = _mm256_setzero_ps();
-#pragma GCC unroll 8
-        for (int c = 0; c < nc; c++) {
-            __m256i q[ROWS_RMAX], u[ROWS_RMAX], sc[ROWS_RMAX];
-            for (int r = 0; r < R; r++) {
-                q[r] = rows_chunk(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r], c);
-                u[r] = rows_unsigned(T) ? q[r] : _mm256_abs_epi8(q[r]);
-                sc[r] = rows_scaled(T) ? rows_pick16(p[r].sc, c) : ones16;
-            }
-            for (int t = 0; t < TT; t++) {
-                size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc + c;
-                __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + blk * 32));
-                __m256 da = _mm256_set1_ps(a->d[blk]);
-                for (int r = 0; r < R; r++) {
-                    __m256i sv = rows_unsigned(T) ? av : _mm256_sign_epi8(av, q[r]), d32;
-                    if (rows_scaled(T))
-                        d32 = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], sv), sc[r]);
-                    else
-                        d32 = KERN_DPBUSD(_mm256_setzero_si256(), u[r], sv);
-                    s[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), da, s[r][t]);
-                }
-            }
-        }
-        for (int r = 0; r < R; r++)
-            for (int t = 0; t < TT; t++) {
-                size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc;
-                acc[r][t] = _mm256_fmadd_ps(s[r][t], _mm256_set1_ps(p[r].d), acc[r][t]);
-                if (T == GGML_TYPE_Q2_K || rows_offset(T)) {
-                    /* Q2_K: - dmin * m_g * S_g; Q3_K, Q6_K: - offset * d * sc_g * S_g, with S_g
-                     * the activation's d times the sum of its group g of 16 (ds16) */
-                    const float *s16 = a->ds16 + 2 * blk;
-                    __m128i v = T == GGML_TYPE_Q2_K ? p[r].mn : p[r].sc;
-                    __m256 f = _mm256_set1_ps(T == GGML_TYPE_Q2_K ? p[r].dm : (float)rows_offset(T) * p[r].d);
-                    __m256 m0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-                    __m256 m1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
-                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m0, f), _mm256_loadu_ps(s16), acc[r][t]);
-                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m1, f), _mm256_loadu_ps(s16 + 8), acc[r][t]);
-                }
-                if (T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K) { /* - dmin * m_j * (the sum of block j) */
-                    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p[r].mn));
-                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(m, _mm256_set1_ps(p[r].dm)),
-                                                 _mm256_loadu_ps(a->ds + blk), acc[r][t]);
-                }
-                if (T == GGML_TYPE_Q4_1 || T == GGML_TYPE_Q5_1) accm[r][t] += p[r].dm * a->ds[blk];
-            }
+    int sb = 0;
+    for (; pair && sb + 2 <= nsb; sb += 2) {
+        rows_sb(T, R, TT, X, 0, w, rb, a, t0, sb, acc, accm);
+        rows_sb(T, R, TT, X, 1, w, rb, a, t0, sb + 1, acc, accm);
     }
+    for (; sb < nsb; sb++) rows_sb(T, R, TT, X, 0, w, rb, a, t0, sb, acc, accm);
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) out[(size_t)(t0 + t) * ldo + r] = rows_hsum(acc[r][t]) + accm[r][t];
+        for (int t = 0; t < TT; t++)
+            out[(size_t)(t0 + t) * ldo + r] =
+                rows_hsum(pair ? _mm256_add_ps(acc[r][t][0], acc[r][t][1]) : acc[r][t][0]) + accm[r][t];
 }
 
 /* Rows R0.. of one row tile (R rows) against every token. */
-static AI KT void rows_tokens(int T, int R, const uint8_t *w, size_t rb, const act_q8 *a, int n, float *out, int ldo) {
+static AI KT void rows_tokens(int T, int R, int X, const uint8_t *w, size_t rb, const act_q8 *a, int n, float *out,
+                              int ldo) {
     int t = 0;
-    for (; t + ROWS_TMAX <= n; t += ROWS_TMAX) rows_tile(T, R, ROWS_TMAX, w, rb, a, t, out, ldo);
-    for (; t < n; t++) rows_tile(T, R, 1, w, rb, a, t, out, ldo);
+    if (X) {
+        for (; t + ROWS_XMAX <= n; t += ROWS_XMAX) rows_tile(T, 1, ROWS_XMAX, 1, w, rb, a, t, out, ldo);
+        for (; t < n; t++) rows_tile(T, 1, 1, 1, w, rb, a, t, out, ldo);
+        return;
+    }
+    for (; t + ROWS_TMAX <= n; t += ROWS_TMAX) rows_tile(T, R, ROWS_TMAX, 0, w, rb, a, t, out, ldo);
+    for (; t < n; t++) rows_tile(T, R, 1, 0, w, rb, a, t, out, ldo);
 }
 
+/* Decode and batches of up to KB_EXACT_ROWS tokens take the exact tile, a
+ * row at a time (two row streams at once measured half the bandwidth);
+ * prompts take R-row prefill tiles. */
 static AI KT void rows_mm(int T, const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
-    int r = 0;
-    /* generation reads one row at a time: two row streams at once measured half the bandwidth */
-    if (n > 1)
-        for (; r + KERN_ROWS_R <= rows; r += KERN_ROWS_R) rows_tokens(T, KERN_ROWS_R, w + (size_t)r * rb, rb, a, n, out + r, ldo);
-    for (; r < rows; r++) rows_tokens(T, 1, w + (size_t)r * rb, rb, a, n, out + r, ldo);
+    int r = 0, x = n <= KB_EXACT_ROWS;
+    if (!x)
+        for (; r + KERN_ROWS_R <= rows; r += KERN_ROWS_R)
+            rows_tokens(T, KERN_ROWS_R, 0, w + (size_t)r * rb, rb, a, n, out + r, ldo);
+    for (; r < rows; r++) rows_tokens(T, 1, x, w + (size_t)r * rb, rb, a, n, out + r, ldo);
 }
 
 #define ROWS_FN(name, T)                                                                                             \

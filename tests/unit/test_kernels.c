@@ -537,8 +537,10 @@ static void test_backend(void) {
  * it). Widths with tails (172, 200) and rows not a multiple of 16. */
 static void test_batch_invariance(void) {
     kb_backend *kb = kb_cpu_create(2);
-    ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-    for (int ti = 0; ti < 7; ti++) {
+    ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,   GGML_TYPE_Q4_0,
+                         GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K,
+                         GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,   GGML_TYPE_IQ4_XS};
+    for (int ti = 0; ti < (int)(sizeof types / sizeof types[0]); ti++) {
         ggml_type t = types[ti];
         int quant = ti >= 3;
         for (int cols = quant ? 256 : 172; cols <= (quant ? 512 : 200); cols += quant ? 256 : 28) {

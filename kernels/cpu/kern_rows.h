@@ -176,9 +176,18 @@ static AI KT void rows_prepare(int T, const uint8_t *b, rows_prep *p) {
     }
 }
 
+/* Bits FROM.. of every byte of V moved to bits TO.. and kept under MASK
+ * (bits TO..): one shift and one and (16-bit shifts: the bits kept never
+ * cross a byte). */
+static AI KT __m256i rows_bits_to(__m256i v, int from, int to, int mask) {
+    if (from < to) v = _mm256_slli_epi16(v, to - from);
+    if (from > to) v = _mm256_srli_epi16(v, from - to);
+    return _mm256_and_si256(v, _mm256_set1_epi8((char)mask));
+}
+
 /* The 32 values of chunk C (values 32c..32c+31 of the block at B). */
 static AI KT __m256i rows_chunk(int T, const uint8_t *b, const rows_prep *p, int c) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
     switch (T) {
     case GGML_TYPE_Q4_0: return _mm256_sub_epi8(rows_nibbles(b + 2), _mm256_set1_epi8(8));
@@ -195,23 +204,21 @@ static AI KT __m256i rows_chunk(int T, const uint8_t *b, const rows_prep *p, int
     case GGML_TYPE_Q3_K: { /* 2 low bits; the third bit set means no offset, clear minus 4 (rows_offset) */
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (c / 4)));
         __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), m3);
-        __m256i hb = _mm256_and_si256(_mm256_srli_epi16(p->hi, c), one);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+        return _mm256_or_si256(lo, rows_bits_to(p->hi, c, 2, 4));
     }
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K: {
         __m256i q = _mm256_loadu_si256((const __m256i *)(b + (T == GGML_TYPE_Q4_K ? 16 : 48) + 32 * (c / 2)));
         q = _mm256_and_si256(c & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
         if (T == GGML_TYPE_Q4_K) return q;
-        return _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(p->hi, c), one), 4));
+        return _mm256_or_si256(q, rows_bits_to(p->hi, c, 4, 0x10));
     }
     default: { /* Q6_K: 4 bits from ql, 2 from qh (minus 32: rows_offset) */
         int h = c / 4, k = c % 4;
         __m256i l = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (k & 1)));
         l = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
         __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-        hb = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
-        return _mm256_or_si256(l, _mm256_slli_epi16(hb, 4));
+        return _mm256_or_si256(l, rows_bits_to(hb, 2 * k, 4, 0x30));
     }
     }
 }

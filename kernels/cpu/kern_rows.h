@@ -223,10 +223,15 @@ static AI KT __m256i rows_chunk(int T, const uint8_t *b, const rows_prep *p, int
     }
 }
 
-/* Bytes 2c (lanes 0-7) and 2c+1 (lanes 8-15) of V as int16. */
-static AI KT __m256i rows_pick16(__m128i v, int c) {
-    __m128i idx = _mm_unpacklo_epi64(_mm_set1_epi8((char)(2 * c)), _mm_set1_epi8((char)(2 * c + 1)));
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, idx));
+/* The 16 int8 scales V as int16, the even ones in the low 128 bits and the
+ * odd ones in the high: once per super-block, so that rows_pick16 is one
+ * in-lane shuffle per chunk. */
+static AI KT __m256i rows_split16(__m128i v) {
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+}
+/* Scales 2c (lanes 0-7) and 2c+1 (lanes 8-15) from rows_split16's S. */
+static AI KT __m256i rows_pick16(__m256i s, int c) {
+    return _mm256_shuffle_epi8(s, _mm256_set1_epi16((short)(2 * c | (2 * c + 1) << 8)));
 }
 
 static AI KT float rows_hsum(__m256 v) {
@@ -275,6 +280,8 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
             _mm256_store_ps(fs[t], _mm256_mul_ps(_mm256_loadu_ps(a->d + (size_t)(t0 + t) * nb + (size_t)sb * nc), sc));
         __asm__("" : "+m"(fs)); /* read back by broadcast loads, not two shuffles a chunk */
     }
+    __m256i sc16[ROWS_RMAX];
+    for (int r = 0; r < R; r++) sc16[r] = rows_scaled(T) && !fold ? rows_split16(p[r].sc) : ones16;
     __m256 s[ROWS_RMAX][ROWS_TMAX][2];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) s[r][t][0] = s[r][t][1] = _mm256_setzero_ps();
@@ -284,7 +291,7 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
         for (int r = 0; r < R; r++) {
             q[r] = rows_chunk(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r], c);
             u[r] = rows_unsigned(T) ? q[r] : _mm256_abs_epi8(q[r]);
-            sc[r] = rows_scaled(T) && !fold ? rows_pick16(p[r].sc, c) : ones16;
+            sc[r] = rows_scaled(T) && !fold ? rows_pick16(sc16[r], c) : ones16;
         }
         for (int t = 0; t < TT; t++) {
             size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc + c;

@@ -63,6 +63,8 @@ static AI int rows_unsigned(int T) {
 static AI int rows_offset(int T) { return T == GGML_TYPE_Q6_K ? 32 : T == GGML_TYPE_Q3_K ? 4 : 0; }
 /* Sub-block scales applied in integers (the 256-value types). */
 static AI int rows_scaled(int T) { return rows_qk(T) == 256; }
+/* One integer scale per 32 values (Q4_K, Q5_K, IQ4_XS: byte c of sc). */
+static AI int rows_scale32(int T) { return T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K || T == GGML_TYPE_IQ4_XS; }
 
 static AI KT float rows_f16(const uint8_t *p) {
     uint16_t h;
@@ -78,7 +80,7 @@ static AI uint32_t rows_u32(const uint8_t *p) {
 /* What a decoder keeps per (row, super-block). */
 typedef struct {
     float d, dm;  /* the scale; the min's scale (dmin, or Q4_1/Q5_1's m) */
-    __m128i sc;   /* 16 int8 scales, one per 16 values (256-value types) */
+    __m128i sc;   /* 16 int8 scales, one per 16 values (256-value types); 8, one per 32, for rows_scale32's */
     __m128i mn;   /* Q2_K: 16 mins; Q4_K/Q5_K: 8 mins (bytes 0-7) */
     __m256i hi;   /* Q5_0/Q5_1: the 32 fifth bits as 0x10; Q5_K qh; Q3_K hmask */
 } rows_prep;
@@ -108,7 +110,7 @@ static AI KT void rows_k_scales(const uint8_t *q, rows_prep *p) {
     uint32_t s1 = (w2 & 0x0f0f0f0f) | ((w0 >> 6) & 0x03030303) << 4;
     uint32_t m1 = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 6) & 0x03030303) << 4;
     __m128i s = _mm_setr_epi32((int)s0, (int)s1, 0, 0);
-    p->sc = _mm_unpacklo_epi8(s, s); /* one scale per 32 values: twice per 16 */
+    p->sc = s;
     p->mn = _mm_setr_epi32((int)m0, (int)m1, 0, 0);
 }
 
@@ -169,7 +171,7 @@ static AI KT void rows_prepare(int T, const uint8_t *b, rows_prep *p) {
                                       _mm256_set1_epi32(3));
         __m128i h16 = _mm_packus_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
         __m128i s = _mm_sub_epi8(_mm_or_si128(l, _mm_slli_epi16(_mm_packus_epi16(h16, h16), 4)), _mm_set1_epi8(32));
-        p->sc = _mm_unpacklo_epi8(s, s);
+        p->sc = s;
         p->d = rows_f16(b);
         break;
     }
@@ -226,7 +228,8 @@ static AI KT __m256i rows_chunk(int T, const uint8_t *b, const rows_prep *p, int
 /* The 16 int8 scales V as int16, the even ones in the low 128 bits and the
  * odd ones in the high: once per super-block, so that rows_pick16 is one
  * in-lane shuffle per chunk. */
-static AI KT __m256i rows_split16(__m128i v) {
+static AI KT __m256i rows_split16(int T, __m128i v) {
+    if (rows_scale32(T)) return _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(v, v)); /* scale c serves groups 2c and 2c+1 */
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
 }
 /* Scales 2c (lanes 0-7) and 2c+1 (lanes 8-15) from rows_split16's S. */
@@ -247,8 +250,6 @@ static AI KT float rows_hsum(__m256 v) {
 #define ROWS_TMAX 4
 #define ROWS_XMAX 2 /* tokens of an exact tile (registers: two chains each) */
 
-/* One integer scale per 32 values (Q4_K, Q5_K, IQ4_XS: byte 2c of sc). */
-static AI int rows_scale32(int T) { return T == GGML_TYPE_Q4_K || T == GGML_TYPE_Q5_K || T == GGML_TYPE_IQ4_XS; }
 
 /* Super-block SB of rows R x tokens TT into ACC (chain K of two).
  *
@@ -274,14 +275,13 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
     }
     float fs[ROWS_TMAX][8] __attribute__((aligned(32))); /* fold: activation scale x sub-block scale, per chunk */
     if (fold) {
-        __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(p[0].sc, even)));
+        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(p[0].sc));
         for (int t = 0; t < TT; t++)
             _mm256_store_ps(fs[t], _mm256_mul_ps(_mm256_loadu_ps(a->d + (size_t)(t0 + t) * nb + (size_t)sb * nc), sc));
         __asm__("" : "+m"(fs)); /* read back by broadcast loads, not two shuffles a chunk */
     }
     __m256i sc16[ROWS_RMAX];
-    for (int r = 0; r < R; r++) sc16[r] = rows_scaled(T) && !fold ? rows_split16(p[r].sc) : ones16;
+    for (int r = 0; r < R; r++) sc16[r] = rows_scaled(T) && !fold ? rows_split16(T, p[r].sc) : ones16;
     __m256 s[ROWS_RMAX][ROWS_TMAX][2];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) s[r][t][0] = s[r][t][1] = _mm256_setzero_ps();

@@ -555,25 +555,38 @@ static AI T256 __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
 }
 
-/* scores of one head: sc[t] = (scale q) . k_t over hd = 8 * nc values */
-static AI T256 void attn_scores(const float *q, const void *k, int f16, size_t stride, int npos, int nc, float scale,
-                                float *qs, float *sc) {
+/* Scores of GS heads (1 or 2) of a group, which share K: sc[g npos + t] =
+ * (scale q_g) . k_t over hd = 8 * nc values; each head's sums in the same
+ * order whatever GS (4 positions at a time, one horizontal sum for four). */
+static AI T256 void attn_scores(int GS, const float *q, int hd, const void *k, int f16, size_t stride, int npos,
+                                float scale, float *qs, float *sc) {
+    const int nc = hd / 8;
     __m256 vs = _mm256_set1_ps(scale);
-    for (int c = 0; c < nc; c++) _mm256_storeu_ps(qs + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), vs));
+    for (int g = 0; g < GS; g++)
+        for (int c = 0; c < nc; c++)
+            _mm256_storeu_ps(qs + g * 256 + 8 * c, _mm256_mul_ps(_mm256_loadu_ps(q + (size_t)g * hd + 8 * c), vs));
     int t = 0;
     for (; t + 4 <= npos; t += 4) {
-        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 a[2][4];
+        for (int g = 0; g < GS; g++)
+            for (int i = 0; i < 4; i++) a[g][i] = _mm256_setzero_ps();
         for (int c = 0; c < nc; c++) {
-            __m256 qc = _mm256_loadu_ps(qs + 8 * c);
-            for (int i = 0; i < 4; i++) a[i] = _mm256_fmadd_ps(qc, load_kv8(f16, k, (t + i) * stride + 8 * c), a[i]);
+            __m256 kv[4];
+            for (int i = 0; i < 4; i++) kv[i] = load_kv8(f16, k, (t + i) * stride + 8 * c);
+            for (int g = 0; g < GS; g++) {
+                __m256 qc = _mm256_loadu_ps(qs + g * 256 + 8 * c);
+                for (int i = 0; i < 4; i++) a[g][i] = _mm256_fmadd_ps(qc, kv[i], a[g][i]);
+            }
         }
-        _mm_storeu_ps(sc + t, hsum4(a[0], a[1], a[2], a[3]));
+        for (int g = 0; g < GS; g++) _mm_storeu_ps(sc + (size_t)g * npos + t, hsum4(a[g][0], a[g][1], a[g][2], a[g][3]));
     }
-    for (; t < npos; t++) {
-        __m256 a = _mm256_setzero_ps();
-        for (int c = 0; c < nc; c++) a = _mm256_fmadd_ps(_mm256_loadu_ps(qs + 8 * c), load_kv8(f16, k, t * stride + 8 * c), a);
-        sc[t] = hsum(a);
-    }
+    for (; t < npos; t++)
+        for (int g = 0; g < GS; g++) {
+            __m256 a = _mm256_setzero_ps();
+            for (int c = 0; c < nc; c++)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qs + g * 256 + 8 * c), load_kv8(f16, k, t * stride + 8 * c), a);
+            sc[(size_t)g * npos + t] = hsum(a);
+        }
 }
 
 /* out[g][8 c0 .. 8 (c0 + CW)) = sum_t p[g][t] v_t for GG heads */
@@ -624,10 +637,13 @@ static T256 void attn(const float *q, int G, const void *k, const void *v, int f
         attn_generic(q, G, k, v, f16, stride, npos, hd, scale, score, out);
         return;
     }
-    float qs[256];
-    for (int g = 0; g < G; g++) {
+    float qs[2 * 256];
+    int g = 0;
+    for (; g + 2 <= G; g += 2) /* two heads per pass over K: each K vector converted once for both */
+        attn_scores(2, q + (size_t)g * hd, hd, k, f16, stride, npos, scale, qs, score + (size_t)g * npos);
+    if (g < G) attn_scores(1, q + (size_t)g * hd, hd, k, f16, stride, npos, scale, qs, score + (size_t)g * npos);
+    for (g = 0; g < G; g++) {
         float *sc = score + (size_t)g * npos;
-        attn_scores(q + (size_t)g * hd, k, f16, stride, npos, hd / 8, scale, qs, sc);
         float mx = -INFINITY;
         for (int t = 0; t < npos; t++) mx = sc[t] > mx ? sc[t] : mx;
         float inv = 1.0f / exp_sum(sc, npos, mx);

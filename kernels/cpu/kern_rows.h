@@ -18,8 +18,13 @@
  * Integer sums stay exact: |q| <= 128, |a| <= 127, scales <= 63 in size.
  *
  * A tile is R rows x TT tokens: each row's chunk is decoded once and used
- * for TT tokens (prefill); generation runs one row at a time, prefetching
- * ROWS_PREFETCH bytes ahead. */
+ * for TT tokens (prefill). Generation and batches of up to KB_EXACT_ROWS
+ * tokens take the exact tile instead (rows_sb's X), one row at a time,
+ * prefetching ROWS_PREFETCH bytes ahead: every token there takes the same
+ * operations whatever the batch (the speculative decoder's verification
+ * relies on it), the types with one scale per 32 values fold it into the
+ * float factor of the activation's scale, and the sums alternate between
+ * two chains (more loads in flight: decoding is a memory stream). */
 #ifndef KERN_TARGET
 #error "define KERN_TARGET before including kern_rows.h"
 #endif

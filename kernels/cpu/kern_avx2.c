@@ -2,9 +2,10 @@
  * AVX-512. Integer dot products use maddubs (u8 x s8 -> s16 pairs) and
  * madd against ones, or AVX-VNNI's vpdpbusd where kern_avxvnni.c builds this
  * file again (KERN_AVX2_VNNI; the same sums, bit for bit: maddubs never
- * saturates here); the x16 groups of Q4_0, IQ4_NL and Q8_0 are read as two
- * halves of 8 rows; every other block type, Q4_K included (measured faster
- * than its x16 layout here), runs in the file layout (kern_rows.h). Float
+ * saturates here); the x16 groups of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and
+ * Q8_0 are read as two halves of 8 rows; every other block type, Q4_K
+ * included (measured faster than its x16 layout here), runs in the file
+ * layout (kern_rows.h). Float
  * weights (F32, F16, BF16) decode row by row and run prompts as outer
  * products over a transposed activation, as kern_avx512.c does. */
 #include "kernels/cpu/cpu_internal.h"
@@ -274,19 +275,33 @@ static AI int32_t ld32(const int8_t *p) {
 #define KERN_DPBUSD(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 #endif
 
-/* Q4_0 / IQ4_NL / Q8_0 (type T), rows 8h..8h+7 of a group, TT tokens. */
+#define KERN_TARGET T256
+#define KERN_ROWS_R 2
+#include "kernels/cpu/kern_rows.h"
+#undef KERN_TARGET
+#undef KERN_ROWS_R
+
+
+/* A type of the rp32 layout (cpu_internal.h), rows 8h..8h+7 of a group, TT
+ * tokens. Q4_0, Q4_1, Q5_0, Q5_1: unsigned nibbles (the fifth bits of Q5_0/
+ * Q5_1 from their masks, 32 bits a half-chunk, as 0x10 bytes), the offsets
+ * of Q4_0 (-8) and Q5_0 (-16) back out through m8, the mins of Q4_1/Q5_1
+ * through the activation's block sums (ds); IQ4_NL and Q8_0 signed, through
+ * the sign trick. */
 static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, Q4 = T == GGML_TYPE_Q4_0;
-    const size_t bb = T == GGML_TYPE_Q8_0 ? 16 * 34 : 16 * 18;
+    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0 && T != GGML_TYPE_IQ4_NL, HB = rp32_has_bits(T),
+              MIN = rp32_has_min(T), ch = rp32_chunk_off(T), mo = rp32_mask_off(T);
+    const size_t bb = 16 * (size_t)(T == GGML_TYPE_Q8_0 ? 34 : 18 + 2 * MIN + 4 * HB);
     const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80);
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
     const int8_t *aq[4];
-    const float *ad[4];
+    const float *ad[4], *ads[4];
     const int32_t *am[4];
     __m256 accf[4];
     for (int j = 0; j < TT; j++) {
         aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
         ad[j] = a->d + (size_t)(t0 + j) * nb;
+        ads[j] = a->ds + (size_t)(t0 + j) * nb;
         am[j] = a->m8 + (size_t)(t0 + j) * nb;
         accf[j] = _mm256_setzero_ps();
     }
@@ -295,20 +310,26 @@ static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const
         /* two accumulators per token: shorter dependency chains */
         __m256i acc[4], acc2[4];
         for (int j = 0; j < TT; j++) {
-            acc[j] = Q4 ? _mm256_set1_epi32(am[j][b]) : _mm256_setzero_si256();
+            acc[j] = T == GGML_TYPE_Q4_0 || T == GGML_TYPE_Q5_0
+                         ? _mm256_set1_epi32(T == GGML_TYPE_Q5_0 ? 2 * am[j][b] : am[j][b])
+                         : _mm256_setzero_si256();
             acc2[j] = _mm256_setzero_si256();
         }
         if (Q4) {
             for (int k = 0; k < 4; k++) {
-                __m256i L = _mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h));
+                __m256i L = _mm256_loadu_si256((const __m256i *)(o + ch + 64 * k + 32 * h));
                 __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                if (HB) { /* mask 2k, 2k+1: bit 4r+i is row r's byte i; this half's rows are bits 32h.. */
+                    lo = _mm256_or_si256(lo, rows_bits32(o + mo + 16 * k + 4 * h));
+                    hi = _mm256_or_si256(hi, rows_bits32(o + mo + 8 + 16 * k + 4 * h));
+                }
                 for (int j = 0; j < TT; j++) {
                     __m256i alo = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k));
                     __m256i ahi = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k));
 #if KERN_AVX2_VNNI
                     acc[j] = KERN_DPBUSD(acc[j], lo, alo);
                     acc2[j] = KERN_DPBUSD(acc2[j], hi, ahi);
-#else /* values 0-15: the two halves' int16 sums add without overflow, one madd */
+#else /* values 0-31: the two halves' int16 sums add without overflow, one madd */
                     __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
                     p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
                     if (k & 1)
@@ -348,6 +369,10 @@ static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const
         __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
         for (int j = 0; j < TT; j++)
             accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[j]), _mm256_mul_ps(ws, _mm256_set1_ps(ad[j][b])), accf[j]);
+        if (MIN) {
+            __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
+            for (int j = 0; j < TT; j++) accf[j] = _mm256_fmadd_ps(wm, _mm256_set1_ps(ads[j][b]), accf[j]);
+        }
     }
     for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
 }
@@ -371,6 +396,15 @@ static T256 void mm_iq4_nl(const uint8_t *w, size_t gbytes, int ng, const act_q8
 }
 static T256 void mm_q8_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
     mm_q32(GGML_TYPE_Q8_0, w, gbytes, ng, a, n, out, ldo);
+}
+static T256 void mm_q5_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q32(GGML_TYPE_Q5_0, w, gbytes, ng, a, n, out, ldo);
+}
+static T256 void mm_q4_1(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q32(GGML_TYPE_Q4_1, w, gbytes, ng, a, n, out, ldo);
+}
+static T256 void mm_q5_1(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_q32(GGML_TYPE_Q5_1, w, gbytes, ng, a, n, out, ldo);
 }
 
 static T256 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
@@ -652,12 +686,6 @@ static T256 void attn(const float *q, int G, const void *k, const void *v, int f
     attn_values_all(G, score, npos, v, f16, stride, hd, out);
 }
 
-#define KERN_TARGET T256
-#define KERN_ROWS_R 2
-#include "kernels/cpu/kern_rows.h"
-#undef KERN_TARGET
-#undef KERN_ROWS_R
-
 static const cpu_kern kern = {
     .name = KERN_AVX2_NAME,
     .mm_f32 = mm_f32,
@@ -666,6 +694,9 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_iq4_nl = mm_iq4_nl,
+    .mm_q5_0 = mm_q5_0,
+    .mm_q4_1 = mm_q4_1,
+    .mm_q5_1 = mm_q5_1,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_row_q6_k},
     .quant_act = quant_act,
     .attn = attn,

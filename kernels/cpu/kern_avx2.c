@@ -388,24 +388,17 @@ static AI T256 void mm_q32(ggml_type T, const uint8_t *w, size_t gbytes, int ng,
             for (; t < n; t++) q32_tile(T, 1, gp, h, a, t, og, ldo);
         }
 }
-static T256 void mm_q4_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q32(GGML_TYPE_Q4_0, w, gbytes, ng, a, n, out, ldo);
-}
-static T256 void mm_iq4_nl(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q32(GGML_TYPE_IQ4_NL, w, gbytes, ng, a, n, out, ldo);
-}
-static T256 void mm_q8_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q32(GGML_TYPE_Q8_0, w, gbytes, ng, a, n, out, ldo);
-}
-static T256 void mm_q5_0(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q32(GGML_TYPE_Q5_0, w, gbytes, ng, a, n, out, ldo);
-}
-static T256 void mm_q4_1(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q32(GGML_TYPE_Q4_1, w, gbytes, ng, a, n, out, ldo);
-}
-static T256 void mm_q5_1(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    mm_q32(GGML_TYPE_Q5_1, w, gbytes, ng, a, n, out, ldo);
-}
+#define Q32_FN(name, T)                                                                                        \
+    static T256 void name(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) { \
+        mm_q32(T, w, gbytes, ng, a, n, out, ldo);                                                              \
+    }
+Q32_FN(mm_q4_0, GGML_TYPE_Q4_0)
+Q32_FN(mm_iq4_nl, GGML_TYPE_IQ4_NL)
+Q32_FN(mm_q8_0, GGML_TYPE_Q8_0)
+Q32_FN(mm_q5_0, GGML_TYPE_Q5_0)
+Q32_FN(mm_q4_1, GGML_TYPE_Q4_1)
+Q32_FN(mm_q5_1, GGML_TYPE_Q5_1)
+#undef Q32_FN
 
 static T256 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
     const __m256 sign = _mm256_set1_ps(-0.0f);

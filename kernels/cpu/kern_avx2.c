@@ -281,7 +281,6 @@ static AI int32_t ld32(const int8_t *p) {
 #undef KERN_TARGET
 #undef KERN_ROWS_R
 
-
 /* A type of the rp32 layout (cpu_internal.h), rows 8h..8h+7 of a group, TT
  * tokens. Q4_0, Q4_1, Q5_0, Q5_1: unsigned nibbles (the fifth bits of Q5_0/
  * Q5_1 from their masks, 32 bits a half-chunk, as 0x10 bytes), the offsets

@@ -255,7 +255,6 @@ static AI KT float rows_hsum(__m256 v) {
 #define ROWS_TMAX 4
 #define ROWS_XMAX 2 /* tokens of an exact tile (registers: two chains each) */
 
-
 /* Super-block SB of rows R x tokens TT into ACC (chain K of two).
  *
  * X = 0, the prefill tile: per chunk, the integer sums times the sub-block

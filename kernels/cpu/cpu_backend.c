@@ -106,13 +106,6 @@ static void cpu_copy(kb_backend *kb, void *dst, const void *src, size_t bytes) {
 /* Bytes of the quantized activation of N tokens of COLS (cols a multiple of
  * CPU_QK): the int8 values, then four arrays of per-block numbers, then the
  * per-16 sums (twice the size of one of those). */
-static size_t act_size(size_t n, size_t cols, size_t *qs_bytes, size_t *fl_bytes) {
-    size_t nb = cols / CPU_QK, qs = (n * cols + 63) / 64 * 64, fl = (n * nb * 4 + 63) / 64 * 64;
-    if (qs_bytes) *qs_bytes = qs;
-    if (fl_bytes) *fl_bytes = fl;
-    return qs + 6 * fl;
-}
-
 /* Allocates BYTES for the scratch, unless a test armed a failure: NULL. */
 static void *scratch_alloc(kb_backend *kb, size_t bytes) {
     if (kb->fail_scratch) {
@@ -146,7 +139,7 @@ static int cpu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     for (int i = 0; need > c->scratch_len && i < c->n_threads; i++)
         if (scratch_replace(kb, (void **)&c->scratch[i], need * sizeof(float))) goto oom;
     if (need > c->scratch_len) c->scratch_len = need;
-    size_t act = act_size((size_t)s->max_rows, ((size_t)s->max_width + CPU_QK - 1) / CPU_QK * CPU_QK, NULL, NULL);
+    size_t act = cpu_act_bytes((size_t)s->max_rows, ((size_t)s->max_width + CPU_QK - 1) / CPU_QK * CPU_QK);
     if (act < (size_t)s->max_rows * (size_t)s->max_width * sizeof(float)) /* a BF16 weight's rounded input */
         act = (size_t)s->max_rows * (size_t)s->max_width * sizeof(float);
     if (act > c->act_bytes) {
@@ -318,15 +311,9 @@ static void quant_rows(void *ctx, size_t b, size_t e, int ith) {
     (void)ith;
     quant_job *q = ctx;
     act_q8 *a = q->a;
-    for (size_t t = b; t < e; t++) {
-        q->c->k->quant_act(q->x + t * a->cols, a->cols, a->qs + t * a->cols, a->d + t * a->nb, a->m8 + t * a->nb,
-                           a->m128 + t * a->nb, a->ds + t * a->nb);
-        if (q->sums16) cpu_act_sums16(a->qs + t * a->cols, a->d + t * a->nb, a->cols, a->ds16 + t * 2 * a->nb);
-    }
+    for (size_t t = b; t < e; t++) cpu_act_quantize(q->c->k, q->x + t * a->cols, a, (int)t, q->sums16);
 }
 
-/* Points A at room for n tokens of COLS in c->act_mem; 0, or -1 when the
- * reserved room is too small. */
 /* Rows [b, e) of a BF16 rounding job: each value of x rounded to BF16 (to
  * nearest, ties to even; a NaN stays a NaN), written to out as a float. */
 typedef struct {
@@ -347,18 +334,11 @@ static void bf16_rows(void *ctx, size_t b, size_t e, int ith) {
     }
 }
 
+/* Points A at room for n tokens of COLS in c->act_mem; 0, or -1 when the
+ * reserved room is too small. */
 static int act_prepare(cpu_impl *c, act_q8 *a, int n, int cols) {
-    size_t nb = (size_t)cols / CPU_QK, qs, fl;
-    if (act_size((size_t)n, (size_t)cols, &qs, &fl) > c->act_bytes) return -1;
-    uint8_t *p = c->act_mem;
-    a->qs = (int8_t *)p;
-    a->d = (float *)(p + qs);
-    a->m8 = (int32_t *)(p + qs + fl);
-    a->m128 = (int32_t *)(p + qs + 2 * fl);
-    a->ds = (float *)(p + qs + 3 * fl);
-    a->ds16 = (float *)(p + qs + 4 * fl);
-    a->cols = cols;
-    a->nb = (int)nb;
+    if (cpu_act_bytes((size_t)n, (size_t)cols) > c->act_bytes) return -1;
+    cpu_act_place(a, c->act_mem, (size_t)n, cols);
     return 0;
 }
 

@@ -72,18 +72,28 @@ static inline int rp32_chunk_off(ggml_type t) { return rp32_mask_off(t) + (rp32_
  * Token t's values are qs[t*cols ...] = round(x / d), |q| <= 127, and for
  * each block b of 32: d[t*nb+b], m8 = -8 * sum(q), m128 = -128 * sum(q),
  * ds = d * sum(q); ds16[t*cols/16 + g] = d * sum(q) over the 16 values of
- * group g (filled by cpu_act_sums16 for the weights that need it: Q2_K, Q3_K
- * and Q6_K). */
+ * group g (filled for the weights that need it: Q2_K, Q3_K and Q6_K).
+ * Every 8 blocks (a K-quant super-block) share a unit: d = u * mul with
+ * u[t*nsb + b/8] (nsb = CPU_ACT_NSB(nb)) the super-block's largest
+ * magnitude / (127 * 64) and mul[t*nb+b] = ceil(the block's / (127 u)) in
+ * 1..64, so that the K-quants add a whole super-block in integers, their
+ * sub-block scales times mul (cpu_act_quantize). */
 typedef struct {
     int8_t *qs;
     float *d;
     int32_t *m8, *m128;
     float *ds, *ds16;
+    float *u;
+    int16_t *mul;
     int cols, nb;
 } act_q8;
+#define CPU_ACT_NSB(nb) (((nb) + 7) / 8)
+#define CPU_ACT_MUL 64 /* the largest multiplier */
 
-/* Writes ds16 (cols / 16 values) of one token from its QS and block scales D. */
-void cpu_act_sums16(const int8_t *qs, const float *d, int cols, float *ds16);
+/* Bytes of an activation of n tokens of COLS values, 64-byte aligned parts. */
+size_t cpu_act_bytes(size_t n, size_t cols);
+/* Points A's arrays at MEM (cpu_act_bytes(n, cols) bytes, 64-byte aligned). */
+void cpu_act_place(act_q8 *a, void *mem, size_t n, int cols);
 
 /* out[t*ldo + r] = sum_k W[r][k] * x[t*ldx + k] for r < rows, t < n, with W
  * row-major in its file type (F32, F16 or BF16), ROW_BYTES apart. Any cols.
@@ -110,8 +120,11 @@ typedef struct {
     /* Rows of a block type in the file layout (not repacked), indexed by
      * the ggml type: see mm_row_fn; NULL: the rows are dequantized instead. */
     mm_row_fn mm_row[CPU_ROW_TYPES];
-    /* Quantizes token row X (cols % 32 == 0) into block form at block index 0 of the pointers. */
-    void (*quant_act)(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds);
+    /* The activation's two passes (cpu_act_quantize): AMAX[b] = the largest
+     * magnitude of the 32 values of block b < NB at X; then QS = round(X *
+     * ID[b]) (to nearest even) with SUM[b] the block's sum of QS. */
+    void (*act_absmax)(const float *x, int nb, float *amax);
+    void (*act_round)(const float *x, int nb, const float *id, int8_t *qs, int32_t *sum);
     /* Causal attention of G query heads (Q: G rows of HD) sharing one KV
      * head: K and V point at that head's values at position 0, STRIDE
      * elements apart per position, F32 (f16 = 0) or F16; NPOS positions.
@@ -150,6 +163,9 @@ const cpu_kern *cpu_kern_best(void);
 mm_row_fn cpu_row_kernel(const cpu_kern *k, ggml_type t);
 /* The kernel of repacked groups of type T in K, or NULL (no repacking then). */
 mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t);
+/* Quantizes the row X (A's cols values) into token T of A with K's passes:
+ * every array, ds16 too when SUMS16. */
+void cpu_act_quantize(const cpu_kern *k, const float *x, const act_q8 *a, int t, int sums16);
 
 /* Repacking (repack.c). */
 int repack_supported(ggml_type t);

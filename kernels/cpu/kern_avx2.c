@@ -399,31 +399,27 @@ Q32_FN(mm_q4_1, GGML_TYPE_Q4_1)
 Q32_FN(mm_q5_1, GGML_TYPE_Q5_1)
 #undef Q32_FN
 
-static T256 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
+static T256 void act_absmax(const float *x, int nb, float *amax) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int b = 0; b < cols / CPU_QK; b++) {
-        __m256 v[4];
-        for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(x + CPU_QK * b + 8 * i);
-        __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                                  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    for (int b = 0; b < nb; b++) {
+        __m256 mx = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + CPU_QK * b));
+        for (int i = 1; i < 4; i++) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + CPU_QK * b + 8 * i)));
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        m = _mm_max_ss(m, _mm_movehdup_ps(m));
-        float amax = _mm_cvtss_f32(m);
-        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-        __m256 vid = _mm256_set1_ps(id);
+        amax[b] = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
+}
+
+static T256 void act_round(const float *x, int nb, const float *id, int8_t *qs, int32_t *sum) {
+    for (int b = 0; b < nb; b++) {
+        __m256 vid = _mm256_set1_ps(id[b]);
         __m256i q[4];
-        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
-        int32_t sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-        /* pack 32 int32 -> 32 int8 in order */
-        __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
-        __m256i p = _mm256_packs_epi16(p01, p23);
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(qs + CPU_QK * b), p);
-        d[b] = db;
-        m8[b] = -8 * sum;
-        m128[b] = -128 * sum;
-        ds[b] = db * (float)sum;
+        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + CPU_QK * b + 8 * i), vid));
+        sum[b] = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        /* 32 int32 -> 32 int8 in order */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(qs + CPU_QK * b),
+                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     }
 }
 
@@ -690,7 +686,8 @@ static const cpu_kern kern = {
     .mm_q4_1 = mm_q4_1,
     .mm_q5_1 = mm_q5_1,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_row_q6_k},
-    .quant_act = quant_act,
+    .act_absmax = act_absmax,
+    .act_round = act_round,
     .attn = attn,
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,

@@ -661,22 +661,21 @@ static T512 void mm_q6_k(const uint8_t *w, size_t rb, int rows, const act_q8 *a,
 
 /* ---- activation quantization ---- */
 
-static T512 void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
+static T512 void act_absmax(const float *x, int nb, float *amax) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
-    for (int b = 0; b < cols / CPU_QK; b++) {
-        __m512 x0 = _mm512_loadu_ps(x + CPU_QK * b), x1 = _mm512_loadu_ps(x + CPU_QK * b + 16);
-        __m512 mx = _mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1));
-        float amax = _mm512_reduce_max_ps(mx);
-        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-        __m512 vid = _mm512_set1_ps(id);
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
+    for (int b = 0; b < nb; b++)
+        amax[b] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + CPU_QK * b)),
+                                                     _mm512_andnot_ps(sign, _mm512_loadu_ps(x + CPU_QK * b + 16))));
+}
+
+static T512 void act_round(const float *x, int nb, const float *id, int8_t *qs, int32_t *sum) {
+    for (int b = 0; b < nb; b++) {
+        __m512 vid = _mm512_set1_ps(id[b]);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + CPU_QK * b), vid));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + CPU_QK * b + 16), vid));
         _mm_storeu_si128((__m128i *)(qs + CPU_QK * b), _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(qs + CPU_QK * b + 16), _mm512_cvtsepi32_epi8(q1));
-        int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        d[b] = db;
-        m8[b] = -8 * sum;
-        m128[b] = -128 * sum;
-        ds[b] = db * (float)sum;
+        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
     }
 }
 
@@ -934,7 +933,8 @@ static const cpu_kern kern = {
     .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k_any},
-    .quant_act = quant_act,
+    .act_absmax = act_absmax,
+    .act_round = act_round,
     .attn = attn,
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,

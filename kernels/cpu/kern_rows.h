@@ -15,16 +15,18 @@
  * super-block the weight's d, and the mins through the activation's block
  * sums (act_q8 ds, and ds16 for Q2_K's per-16 mins and the constant offsets
  * of Q3_K and Q6_K, which are decoded unsigned).
- * Integer sums stay exact: |q| <= 128, |a| <= 127, scales <= 63 in size.
+ * Integer sums stay exact: |q| <= 128, |a| <= 127, scales <= 128 in size
+ * (times the multipliers, <= 64, in the exact tile: see rows_sb).
  *
  * A tile is R rows x TT tokens: each row's chunk is decoded once and used
  * for TT tokens (prefill). Generation and batches of up to KB_EXACT_ROWS
  * tokens take the exact tile instead (rows_sb's X), one row at a time,
  * prefetching ROWS_PREFETCH bytes ahead: every token there takes the same
  * operations whatever the batch (the speculative decoder's verification
- * relies on it), the types with one scale per 32 values fold it into the
- * float factor of the activation's scale, and the sums alternate between
- * two chains (more loads in flight: decoding is a memory stream). */
+ * relies on it), the 256-value types add a whole super-block in integers
+ * (their sub-block scales times the activation's multipliers, act_q8 mul)
+ * and the 32-value types alternate their float sums between two chains
+ * (more loads in flight: decoding is a memory stream). */
 #ifndef KERN_TARGET
 #error "define KERN_TARGET before including kern_rows.h"
 #endif
@@ -261,15 +263,16 @@ static AI KT float rows_hsum(__m256 v) {
  * scale (madd), times the activation's scale in one float fma.
  * X = 1, the exact tile (R = 1; decode and batches of up to KB_EXACT_ROWS,
  * whose every token takes the same operations whatever the batch): the
- * one-per-32 scales go into the activation's float factor instead (one
- * multiply per super-block and token, not a shuffle and a widening per
- * chunk), and the chunks alternate between two sums so that no token waits
- * on one chain of dependent fmas. */
+ * 256-value types take the activation's blocks as multiples of its unit
+ * (act_q8 u and mul) into their sub-block scales, so that the whole
+ * super-block adds up in integers and meets the floats once; the 32-value
+ * types alternate chunks between two float sums, so that no token waits on
+ * one chain of dependent fmas. */
 static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, size_t rb, const act_q8 *a, int t0, int sb,
                           __m256 acc[ROWS_RMAX][ROWS_TMAX][2], float accm[ROWS_RMAX][ROWS_TMAX]) {
     const int qk = rows_qk(T), nc = qk / 32, nb = a->nb;
     const size_t bb = (size_t)rows_bb(T);
-    const int fold = X && rows_scale32(T);
+    const int ix = X && rows_scaled(T); /* the integer super-block */
     const __m256i ones16 = _mm256_set1_epi16(1);
     rows_prep p[ROWS_RMAX];
     for (int r = 0; r < R; r++) {
@@ -277,33 +280,56 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
         for (size_t o = 0; o < bb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
         rows_prepare(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r]);
     }
-    float fs[ROWS_TMAX][8] __attribute__((aligned(32))); /* fold: activation scale x sub-block scale, per chunk */
-    if (fold) {
-        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(p[0].sc));
-        for (int t = 0; t < TT; t++)
-            _mm256_store_ps(fs[t], _mm256_mul_ps(_mm256_loadu_ps(a->d + (size_t)(t0 + t) * nb + (size_t)sb * nc), sc));
-        __asm__("" : "+m"(fs)); /* read back by broadcast loads, not two shuffles a chunk */
+    /* ix: per token, the sub-block scales times the activation's multipliers
+     * (|scale x mul| <= 128 x 64, so that a lane's sum over the super-block
+     * stays under 2^31: 8 x 2 x 2 x 63 x 127 x 8192 for Q6_K); the
+     * one-per-32 scales as int16 pairs read back by broadcast loads */
+    int32_t smp[ROWS_TMAX][8] __attribute__((aligned(32)));
+    __m256i sm16[ROWS_TMAX];
+    float fu[ROWS_TMAX];
+    if (ix) {
+        for (int t = 0; t < TT; t++) {
+            const size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc;
+            __m128i mv = _mm_loadu_si128((const __m128i *)(a->mul + blk));
+            fu[t] = p[0].d * a->u[(size_t)(t0 + t) * CPU_ACT_NSB(nb) + sb];
+            if (rows_scale32(T)) {
+                __m128i sm = _mm_mullo_epi16(_mm_cvtepi8_epi16(p[0].sc), mv);
+                _mm_store_si128((__m128i *)smp[t], _mm_unpacklo_epi16(sm, sm));
+                _mm_store_si128((__m128i *)smp[t] + 1, _mm_unpackhi_epi16(sm, sm));
+            } else {
+                sm16[t] = _mm256_mullo_epi16(rows_split16(T, p[0].sc), _mm256_broadcastsi128_si256(mv));
+            }
+        }
+        __asm__("" : "+m"(smp));
     }
     __m256i sc16[ROWS_RMAX];
-    for (int r = 0; r < R; r++) sc16[r] = rows_scaled(T) && !fold ? rows_split16(T, p[r].sc) : ones16;
+    for (int r = 0; r < R; r++) sc16[r] = rows_scaled(T) && !ix ? rows_split16(T, p[r].sc) : ones16;
     __m256 s[ROWS_RMAX][ROWS_TMAX][2];
+    __m256i is[ROWS_TMAX];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < TT; t++) s[r][t][0] = s[r][t][1] = _mm256_setzero_ps();
+    for (int t = 0; t < TT; t++) is[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++) {
         __m256i q[ROWS_RMAX], u[ROWS_RMAX], sc[ROWS_RMAX];
         for (int r = 0; r < R; r++) {
             q[r] = rows_chunk(T, w + (size_t)r * rb + (size_t)sb * bb, &p[r], c);
             u[r] = rows_unsigned(T) ? q[r] : _mm256_abs_epi8(q[r]);
-            sc[r] = rows_scaled(T) && !fold ? rows_pick16(sc16[r], c) : ones16;
+            sc[r] = rows_scaled(T) && !ix ? rows_pick16(sc16[r], c) : ones16;
         }
         for (int t = 0; t < TT; t++) {
             size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc + c;
             __m256i av = _mm256_loadu_si256((const __m256i *)(a->qs + blk * 32));
-            __m256 da = _mm256_set1_ps(fold ? fs[t][c] : a->d[blk]);
+            if (ix) {
+                __m256i sv = rows_unsigned(T) ? av : _mm256_sign_epi8(av, q[0]);
+                __m256i sm = rows_scale32(T) ? _mm256_set1_epi32(smp[t][c]) : rows_pick16(sm16[t], c);
+                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[0], sv), sm));
+                continue;
+            }
+            __m256 da = _mm256_set1_ps(a->d[blk]);
             for (int r = 0; r < R; r++) {
                 __m256i sv = rows_unsigned(T) ? av : _mm256_sign_epi8(av, q[r]), d32;
-                if (rows_scaled(T) && !fold)
+                if (rows_scaled(T))
                     d32 = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], sv), sc[r]);
                 else
                     d32 = KERN_DPBUSD(_mm256_setzero_si256(), u[r], sv);
@@ -316,8 +342,11 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
         for (int t = 0; t < TT; t++) {
             size_t blk = (size_t)(t0 + t) * nb + (size_t)sb * nc;
             __m256 *ac = &acc[r][t][K];
-            *ac = _mm256_fmadd_ps(X && nc > 1 ? _mm256_add_ps(s[r][t][0], s[r][t][1]) : s[r][t][0],
-                                  _mm256_set1_ps(p[r].d), *ac);
+            if (ix)
+                *ac = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_set1_ps(fu[t]), *ac);
+            else
+                *ac = _mm256_fmadd_ps(X && nc > 1 ? _mm256_add_ps(s[r][t][0], s[r][t][1]) : s[r][t][0],
+                                      _mm256_set1_ps(p[r].d), *ac);
             if (T == GGML_TYPE_Q2_K || rows_offset(T)) {
                 /* Q2_K: - dmin * m_g * S_g; Q3_K, Q6_K: - offset * d * sc_g * S_g, with S_g
                  * the activation's d times the sum of its group g of 16 (ds16) */

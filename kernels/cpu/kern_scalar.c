@@ -175,22 +175,23 @@ static void mm_q6_k(const uint8_t *w, size_t row_bytes, int rows, const act_q8 *
         }
 }
 
-static void quant_act(const float *x, int cols, int8_t *qs, float *d, int32_t *m8, int32_t *m128, float *ds) {
-    for (int b = 0; b < cols / CPU_QK; b++) {
-        const float *xb = x + CPU_QK * b;
-        float amax = 0;
-        for (int i = 0; i < CPU_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-        int32_t sum = 0;
+static void act_absmax(const float *x, int nb, float *amax) {
+    for (int b = 0; b < nb; b++) {
+        float m = 0;
+        for (int i = 0; i < CPU_QK; i++) m = fmaxf(m, fabsf(x[CPU_QK * b + i]));
+        amax[b] = m;
+    }
+}
+
+static void act_round(const float *x, int nb, const float *id, int8_t *qs, int32_t *sum) {
+    for (int b = 0; b < nb; b++) {
+        int32_t s = 0;
         for (int i = 0; i < CPU_QK; i++) {
-            int q = (int)nearbyintf(xb[i] * id);
+            int q = (int)nearbyintf(x[CPU_QK * b + i] * id[b]);
             qs[CPU_QK * b + i] = (int8_t)q;
-            sum += q;
+            s += q;
         }
-        d[b] = db;
-        m8[b] = -8 * sum;
-        m128[b] = -128 * sum;
-        ds[b] = db * (float)sum;
+        sum[b] = s;
     }
 }
 
@@ -264,7 +265,8 @@ const cpu_kern cpu_kern_scalar = {
     .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
     .mm_row = {[GGML_TYPE_Q6_K] = mm_q6_k},
-    .quant_act = quant_act,
+    .act_absmax = act_absmax,
+    .act_round = act_round,
     .attn = attn,
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,
@@ -278,11 +280,64 @@ const cpu_kern cpu_kern_scalar = {
     .to_f16 = to_f16,
 };
 
-void cpu_act_sums16(const int8_t *qs, const float *d, int cols, float *ds16) {
-    for (int g = 0; g < cols / 16; g++) {
-        int s = 0;
-        for (int i = 0; i < 16; i++) s += qs[16 * g + i];
-        ds16[g] = d[g / 2] * (float)s;
+size_t cpu_act_bytes(size_t n, size_t cols) {
+    size_t nb = cols / CPU_QK, qs = (n * cols + 63) / 64 * 64, fl = (n * nb * 4 + 63) / 64 * 64;
+    return qs + 8 * fl; /* qs; d, m8, m128, ds; ds16 (two); u and mul (at most one each) */
+}
+
+void cpu_act_place(act_q8 *a, void *mem, size_t n, int cols) {
+    size_t nb = (size_t)cols / CPU_QK, qs = (n * cols + 63) / 64 * 64, fl = (n * nb * 4 + 63) / 64 * 64;
+    uint8_t *p = mem;
+    a->qs = (int8_t *)p;
+    a->d = (float *)(p + qs);
+    a->m8 = (int32_t *)(p + qs + fl);
+    a->m128 = (int32_t *)(p + qs + 2 * fl);
+    a->ds = (float *)(p + qs + 3 * fl);
+    a->ds16 = (float *)(p + qs + 4 * fl);
+    a->u = (float *)(p + qs + 6 * fl);
+    a->mul = (int16_t *)(p + qs + 7 * fl);
+    a->cols = cols;
+    a->nb = (int)nb;
+}
+
+/* Per super-block (8 blocks): the unit u from the largest magnitudes, each
+ * block's multiplier and scale d = u * mul, then the rounding. The same
+ * float operations on every ISA, so that every ISA gets the same bits. */
+void cpu_act_quantize(const cpu_kern *k, const float *x, const act_q8 *a, int t, int sums16) {
+    const int nb = a->nb, nsb = CPU_ACT_NSB(nb);
+    int8_t *qs = a->qs + (size_t)t * a->cols;
+    float *d = a->d + (size_t)t * nb, *ds = a->ds + (size_t)t * nb;
+    int32_t *m8 = a->m8 + (size_t)t * nb, *m128 = a->m128 + (size_t)t * nb;
+    int16_t *mul = a->mul + (size_t)t * nb;
+    for (int sb = 0; sb < nsb; sb++) {
+        int b0 = 8 * sb, n = nb - b0 < 8 ? nb - b0 : 8;
+        float amax[8], id[8], top = 0;
+        int32_t sum[8];
+        k->act_absmax(x + CPU_QK * b0, n, amax);
+        for (int b = 0; b < n; b++) top = fmaxf(top, amax[b]);
+        float u = top / (127.0f * CPU_ACT_MUL), step = 127.0f * u;
+        a->u[(size_t)t * nsb + sb] = u;
+        for (int b = 0; b < n; b++) {
+            float r = step > 0 ? ceilf(amax[b] / step) : 1;
+            int m = r < 1 ? 1 : r > CPU_ACT_MUL ? CPU_ACT_MUL : (int)r;
+            mul[b0 + b] = (int16_t)m;
+            d[b0 + b] = u * (float)m;
+            id[b] = d[b0 + b] != 0.0f ? 1.0f / d[b0 + b] : 0.0f;
+        }
+        k->act_round(x + CPU_QK * b0, n, id, qs + CPU_QK * b0, sum);
+        for (int b = 0; b < n; b++) {
+            m8[b0 + b] = -8 * sum[b];
+            m128[b0 + b] = -128 * sum[b];
+            ds[b0 + b] = d[b0 + b] * (float)sum[b];
+        }
+    }
+    if (sums16) {
+        float *ds16 = a->ds16 + (size_t)t * 2 * nb;
+        for (int g = 0; g < a->cols / 16; g++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) s += qs[16 * g + i];
+            ds16[g] = d[g / 2] * (float)s;
+        }
     }
 }
 

@@ -198,7 +198,9 @@ KGLOBAL void k_mv_ref(int type, const uint8_t *__restrict__ w, size_t row_bytes,
 }
 
 /* Quantises NBLOCKS blocks of 32 floats to int8 (one warp per block):
- * q = rint(x / d), d = amax / 127, ds = d * sum(q), as the CPU's quant_act. */
+ * q = rint(x / d), d = amax / 127, ds = d * sum(q): each block its own
+ * scale (the CPU backend rounds its scales to multiples of a per-256 unit
+ * for its integer sums; here the sums are per block). */
 KGLOBAL void k_quant_act(const float *__restrict__ x, int nblocks, int8_t *__restrict__ qs, float *__restrict__ d,
                          float *__restrict__ ds) {
     int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -1371,9 +1373,8 @@ static double st_lane_dot(const uint8_t *row, int cols, const int8_t *aq, const 
     return total;
 }
 
-/* The CPU backend's activation quantisation (kernels/cpu: blocks of 32,
- * d = amax / 127, q = nearbyint(x / d), ds = d * sum(q)), for the check of
- * the int8 dot products. */
+/* k_quant_act on the host (blocks of 32, d = amax / 127, q = nearbyint(x /
+ * d), ds = d * sum(q)), for the check of the int8 dot products. */
 static void st_quant_act(const float *x, int cols, int8_t *qs, float *d, float *ds) {
     for (int b = 0; b < cols / 32; b++) {
         float amax = 0;

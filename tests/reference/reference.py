@@ -3,10 +3,12 @@
 
 Weights are dequantized with scripts/model/ilpd_gguf.py exactly as the file defines
 them, then all arithmetic runs in float64, so the only approximation against
-an ideal implementation is the weight format itself, with one rule that
-llama.cpp and ilpd share: a matmul with a quantized weight (Q8_0, Q4_0, Q4_1,
+an ideal implementation is the weight format itself, with one rule of the
+integer matmuls: a matmul with a quantized weight (Q8_0, Q4_0, Q4_1,
 Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) multiplies the weight by its input quantized to int8 blocks of 32
-(float32 d = max|x| / 127, q = round-half-even(x * (1/d)), input = q * d), and a matmul with
+(float32 d = u * m with u = the largest |x| of the block's 8 (a super-block) / (127 * 64) and
+m = ceil(max|x| of the block / (127 u)) in 1..64, q = round-half-even(x * (1/d)), input = q * d:
+ilpd's format; llama.cpp takes d = max|x| / 127 per block, or per 256 for the K-quants), and a matmul with
 a BF16 weight multiplies it by its input rounded to BF16 (to nearest, ties to even).
 
 Model semantics (as llama.cpp defines them for these architectures):
@@ -73,7 +75,16 @@ def quantize_activation(h):
     """Return (h [n, cols] (cols % 32 == 0) rounded as the integer matmuls see it, float64;
     per row, the smallest distance of a scaled value from a rounding tie (x.5))."""
     x = h.astype(np.float32).reshape(len(h), -1, 32)
-    d = np.max(np.abs(x), axis=-1, keepdims=True) / np.float32(127)
+    amax = np.max(np.abs(x), axis=-1)  # [n, nb]
+    nb = amax.shape[1]
+    top = np.zeros_like(amax)
+    for s0 in range(0, nb, 8):  # the unit of each 8 blocks: their largest / (127 * 64)
+        top[:, s0:s0 + 8] = np.max(amax[:, s0:s0 + 8], axis=1, keepdims=True)
+    u = top / np.float32(127 * 64)
+    step = np.float32(127) * u
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(step > 0, np.ceil(amax / step), np.float32(1))
+    d = (u * np.clip(r, 1, 64).astype(np.float32)).astype(np.float32)[..., None]
     with np.errstate(divide="ignore"):
         inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     scaled = x * inv

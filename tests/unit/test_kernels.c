@@ -134,23 +134,25 @@ static void act_dequant(const act_q8 *a, int t, float *out) {
 }
 
 static void act_alloc(act_q8 *a, int n, int cols) {
-    a->cols = cols;
-    a->nb = cols / CPU_QK;
-    a->qs = malloc((size_t)n * cols);
-    a->d = malloc(sizeof(float) * n * a->nb);
-    a->m8 = malloc(sizeof(int32_t) * n * a->nb);
-    a->m128 = malloc(sizeof(int32_t) * n * a->nb);
-    a->ds = malloc(sizeof(float) * n * a->nb);
-    a->ds16 = malloc(sizeof(float) * n * 2 * a->nb);
+    void *mem = aligned_alloc(64, cpu_act_bytes((size_t)n, (size_t)cols));
+    if (!mem) abort();
+    cpu_act_place(a, mem, (size_t)n, cols);
 }
 
-static void act_free(act_q8 *a) {
-    free(a->qs);
-    free(a->d);
-    free(a->m8);
-    free(a->m128);
-    free(a->ds);
-    free(a->ds16);
+static void act_free(act_q8 *a) { free(a->qs); }
+
+/* N random values whose 32-value blocks differ in size (down to 1/64 of
+ * the largest: the multipliers of cpu_act_quantize take every value). */
+static void act_input(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        size_t b = i / CPU_QK;
+        x[i] = frand() * 3 * (b % 7 == 3 ? 0.01f : b % 5 == 1 ? 0.3f : b % 3 == 2 ? 0.05f : 1.0f);
+    }
+}
+
+/* Quantizes N tokens of COLS at X into A with I's passes (ds16 too). */
+static void act_fill(const cpu_kern *k, const float *x, act_q8 *a, int n) {
+    for (int j = 0; j < n; j++) cpu_act_quantize(k, x + (size_t)j * a->cols, a, j, 1);
 }
 
 static void test_quant_act(const isa *I) {
@@ -160,17 +162,31 @@ static void test_quant_act(const isa *I) {
     act_alloc(&a, 1, cols);
     act_alloc(&b, 1, cols);
     for (int rep = 0; rep < 4; rep++) {
-        for (int i = 0; i < cols; i++) x[i] = frand() * (rep == 3 ? 1e-3f : 10.0f);
+        act_input(x, (size_t)cols);
+        for (int i = 0; i < cols; i++) x[i] *= rep == 3 ? 1e-3f : rep == 2 ? 3.0f : 1.0f;
         for (int i = 0; i < 32; i++) x[i] = 0; /* an all-zero block */
+        if (rep == 1)
+            for (int i = 8 * 32; i < 16 * 32; i++) x[i] = 0; /* an all-zero super-block */
         x[40] = 127.5f;                        /* a block dominated by one value */
-        I->k->quant_act(x, cols, a.qs, a.d, a.m8, a.m128, a.ds);
-        cpu_kern_scalar.quant_act(x, cols, b.qs, b.d, b.m8, b.m128, b.ds);
+        act_fill(I->k, x, &a, 1);
+        act_fill(&cpu_kern_scalar, x, &b, 1);
         bad += memcmp(a.qs, b.qs, (size_t)cols) != 0 || memcmp(a.d, b.d, sizeof(float) * a.nb) != 0 ||
-               memcmp(a.m8, b.m8, sizeof(int32_t) * a.nb) != 0 || memcmp(a.m128, b.m128, sizeof(int32_t) * a.nb) != 0;
+               memcmp(a.m8, b.m8, sizeof(int32_t) * a.nb) != 0 || memcmp(a.m128, b.m128, sizeof(int32_t) * a.nb) != 0 ||
+               memcmp(a.mul, b.mul, sizeof(int16_t) * a.nb) != 0 || memcmp(a.u, b.u, sizeof(float) * CPU_ACT_NSB(a.nb)) != 0 ||
+               memcmp(a.ds16, b.ds16, sizeof(float) * 2 * a.nb) != 0;
         for (int i = 0; i < cols; i++)
             if (fabsf(a.qs[i] * a.d[i / CPU_QK] - x[i]) > a.d[i / CPU_QK] * 0.5f * 1.0001f) bad++;
+        for (int bl = 0; bl < a.nb; bl++) { /* d = u * mul exactly, mul in 1..64, 64 where the super-block peaks */
+            float amax = 0, top = 0;
+            for (int i = 0; i < CPU_QK; i++) amax = fmaxf(amax, fabsf(x[CPU_QK * bl + i]));
+            for (int i = CPU_QK * (bl / 8 * 8); i < CPU_QK * (bl / 8 * 8 + 8) && i < cols; i++) top = fmaxf(top, fabsf(x[i]));
+            int m = a.mul[bl];
+            if (m < 1 || m > CPU_ACT_MUL || a.d[bl] != a.u[bl / 8] * (float)m || (amax == top && top > 0 && m != CPU_ACT_MUL) ||
+                (m > 1 && amax <= a.u[bl / 8] * 127.0f * (float)(m - 1))) /* not one step coarser than needed */
+                bad++;
+        }
     }
-    CHECK(!bad, "%s: activation quantization matches the scalar reference bit for bit, error <= d/2", I->name);
+    CHECK(!bad, "%s: activation quantization matches the scalar reference bit for bit, error <= d/2, d = u * mul", I->name);
     act_free(&a);
     act_free(&b);
     free(x);
@@ -200,12 +216,10 @@ static void test_quant_mm(const isa *I) {
                 if (repack_weight(t, w, rows, cols)) bad_repack++;
                 float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
                 float *row = malloc(sizeof(float) * cols), *row2 = malloc(sizeof(float) * cols), *xa = malloc(sizeof(float) * cols);
-                for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
+                act_input(x, (size_t)cols * n);
                 act_q8 a;
                 act_alloc(&a, n, cols);
-                for (int j = 0; j < n; j++)
-                    I->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
-                                    a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
+                act_fill(I->k, x, &a, n);
                 int ng = rows / RP_ROWS;
                 fn(w, RP_ROWS * rb, ng, &a, n, out, rows);
                 for (int r = 0; r < rows; r++) {
@@ -262,14 +276,10 @@ static void test_row_mm(const isa *I) {
                 uint8_t *w = make_weight(t, rows, cols);
                 float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
                 float *row = malloc(sizeof(float) * cols), *xa = malloc(sizeof(float) * cols);
-                for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
+                act_input(x, (size_t)cols * n);
                 act_q8 a;
                 act_alloc(&a, n, cols);
-                for (int j = 0; j < n; j++) {
-                    I->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
-                                    a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
-                    cpu_act_sums16(a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb, cols, a.ds16 + (size_t)j * 2 * a.nb);
-                }
+                act_fill(I->k, x, &a, n);
                 fn(w, rb, rows, &a, n, out, rows);
                 for (int r = 0; r < rows; r++) {
                     quant_dequantize_row(t, w + r * rb, row, cols);
@@ -303,12 +313,8 @@ static void test_vnni_same(const isa *A, const isa *V) {
           *o2 = malloc(sizeof(float) * rows * n);
     act_q8 a;
     act_alloc(&a, n, cols);
-    for (int i = 0; i < cols * n; i++) x[i] = frand() * 3;
-    for (int j = 0; j < n; j++) {
-        A->k->quant_act(x + (size_t)j * cols, cols, a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb,
-                        a.m8 + (size_t)j * a.nb, a.m128 + (size_t)j * a.nb, a.ds + (size_t)j * a.nb);
-        cpu_act_sums16(a.qs + (size_t)j * cols, a.d + (size_t)j * a.nb, cols, a.ds16 + (size_t)j * 2 * a.nb);
-    }
+    act_input(x, (size_t)cols * n);
+    act_fill(A->k, x, &a, n);
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         ggml_type t = types[ti];
         size_t rb = ggml_row_bytes(t, (uint64_t)cols);

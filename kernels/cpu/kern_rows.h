@@ -87,7 +87,7 @@ static AI uint32_t rows_u32(const uint8_t *p) {
 /* What a decoder keeps per (row, super-block). */
 typedef struct {
     float d, dm;  /* the scale; the min's scale (dmin, or Q4_1/Q5_1's m) */
-    __m128i sc;   /* 16 int8 scales, one per 16 values (256-value types); 8, one per 32, for rows_scale32's */
+    __m128i sc;   /* 16 int8 scales, one per 16 values (256-value types); 8, one per 32, for rows_scale32's (bytes 0-7) */
     __m128i mn;   /* Q2_K: 16 mins; Q4_K/Q5_K: 8 mins (bytes 0-7) */
     __m256i hi;   /* Q5_0/Q5_1: the 32 fifth bits as 0x10; Q5_K qh; Q3_K hmask */
 } rows_prep;
@@ -107,18 +107,26 @@ static AI KT __m256i rows_bits32(const uint8_t *p) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-/* The 8 6-bit scales and mins of a Q4_K/Q5_K super-block (12 bytes at Q):
- * scales j < 4 in the low 6 bits of q[j], mins in those of q[j + 4]; j >= 4
- * take 4 bits from q[j + 4] (scale low nibble, min high nibble) and 2 from
- * the top of q[j - 4] (scale) and q[j] (min). */
-static AI KT void rows_k_scales(const uint8_t *q, rows_prep *p) {
-    uint32_t w0 = rows_u32(q), w1 = rows_u32(q + 4), w2 = rows_u32(q + 8);
-    uint32_t s0 = w0 & 0x3f3f3f3f, m0 = w1 & 0x3f3f3f3f;
-    uint32_t s1 = (w2 & 0x0f0f0f0f) | ((w0 >> 6) & 0x03030303) << 4;
-    uint32_t m1 = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 6) & 0x03030303) << 4;
-    __m128i s = _mm_setr_epi32((int)s0, (int)s1, 0, 0);
+/* The scale, the min's scale and the 8 6-bit scales and mins of a Q4_K/Q5_K
+ * super-block at B (d, dmin, then 12 bytes q): scales j < 4 in the low 6
+ * bits of q[j], mins in those of q[j + 4]; j >= 4 take 4 bits from q[j + 4]
+ * (scale low nibble, min high nibble) and 2 from the top of q[j - 4]
+ * (scale) and q[j] (min). In one vector: sc gets the scales in bytes 0-7
+ * (the mins in 8-15), mn the mins in bytes 0-7. */
+static AI KT void rows_k_scales(const uint8_t *b, rows_prep *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)b);
+    __m128 f = _mm_cvtph_ps(v);
+    p->d = _mm_cvtss_f32(f);
+    p->dm = _mm_cvtss_f32(_mm_movehdup_ps(f));
+    /* low bits: q0-3 & 63 (s0-3), q8-11 & 15 (s4-7), q4-7 & 63 (m0-3), q8-11 >> 4 (m4-7) */
+    __m128i lo = _mm_shuffle_epi8(v, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+    lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4)),
+                       _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    /* high bits of j >= 4: the top 2 of q0-3 (scales) and q4-7 (mins) to bits 4-5 */
+    __m128i hi = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+    __m128i s = _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(hi, 2), _mm_set1_epi8(0x30)));
     p->sc = s;
-    p->mn = _mm_setr_epi32((int)m0, (int)m1, 0, 0);
+    p->mn = _mm_unpackhi_epi64(s, s);
 }
 
 static AI KT void rows_prepare(int T, const uint8_t *b, rows_prep *p) {
@@ -160,9 +168,7 @@ static AI KT void rows_prepare(int T, const uint8_t *b, rows_prep *p) {
     }
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
-        p->d = rows_f16(b);
-        p->dm = rows_f16(b + 2);
-        rows_k_scales(b + 4, p);
+        rows_k_scales(b, p);
         if (T == GGML_TYPE_Q5_K) p->hi = _mm256_loadu_si256((const __m256i *)(b + 16));
         break;
     case GGML_TYPE_Q6_K:

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Runs every C unit test program built from tests/unit/*.c.
+# Runs every C unit test program built from tests/unit/*.c, and test_kernels'
+# backend tests again under each lower ILPD_CPU_ISA cap.
 # First writes the small model some of them run on (scripts/model/make_synthetic.py,
 # the shape of stories260K: 5 layers, dim 64, 8 heads, 4 KV heads, ffn 172,
 # vocab 512), F32 and F16, so that they need nothing from ../shared:
@@ -24,5 +25,9 @@ for t in "$UNIT_DIR"/*; do
     [ -x "$t" ] && [ -f "$t" ] || continue
     case "$t" in *.d) continue ;; esac
     "$t" || status=1
+done
+# the backend's kernels again on the lower instruction sets (cpu_kern_best picks the highest)
+for isa in avx2 avxvnni scalar; do
+    ILPD_CPU_ISA=$isa "$UNIT_DIR/test_kernels" --backend || status=1
 done
 exit $status

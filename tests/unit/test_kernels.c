@@ -524,9 +524,9 @@ static void test_backend(void) {
         /* activation quantization: error <= 1/254 of each block's max, relative to sum |w x| well under 1% */
         double tol = quant ? 1e-2 : 1e-5;
         CHECK(up == 0 && worst < tol && embed_err == 0,
-              "backend %s matmul (40 rows, 1 and 6 tokens, %s; BF16: of the input rounded to BF16) and embed (worst "
+              "backend (%s) %s matmul (40 rows, 1 and 6 tokens, %s; BF16: of the input rounded to BF16) and embed (worst "
               "relative error %.2g, embed %.2g)",
-              ggml_type_name(t), kw.dev ? "repacked, 8 tail rows" : "file layout", worst, embed_err);
+              cpu_kern_best()->name, ggml_type_name(t), kw.dev ? "repacked, 8 tail rows" : "file layout", worst, embed_err);
         free(w);
         free(deq);
         free(x);
@@ -564,8 +564,8 @@ static void test_batch_invariance(void) {
                 kb->matmul(kb, out, &kw, x, n);
                 bad += memcmp(out, one, sizeof(float) * n * rows) != 0;
             }
-            CHECK(up && !bad && !kb_error(kb), "backend %s matmul of 2..%d rows of %d: each row bit for bit the one-row result",
-                  ggml_type_name(t), KB_EXACT_ROWS, cols);
+            CHECK(up && !bad && !kb_error(kb), "backend (%s) %s matmul of 2..%d rows of %d: each row bit for bit the one-row result",
+                  cpu_kern_best()->name, ggml_type_name(t), KB_EXACT_ROWS, cols);
             if (kw.dev && kw.dev != kw.host) kb->weight_release(kb, &kw);
             free(w);
             free(x);
@@ -576,7 +576,14 @@ static void test_batch_invariance(void) {
     kb->destroy(kb);
 }
 
-int main(void) {
+/* With --backend only the backend's tests run, on the kernels that
+ * cpu_kern_best() picks (t_unit.sh runs them again under ILPD_CPU_ISA caps). */
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--backend")) {
+        test_backend();
+        test_batch_invariance();
+        CHECK_DONE();
+    }
     isa isas[4] = {{"scalar", &cpu_kern_scalar},
                    {"avx2", cpu_kern_avx2()},
                    {"avxvnni", cpu_kern_avxvnni()},

@@ -387,19 +387,22 @@ static AI T256 void mm_q32(ggml_type T, const uint8_t *w, size_t gbytes, int ng,
             for (; t < n; t++) q32_tile(T, 1, gp, h, a, t, og, ldo);
         }
 }
-/* Q4_K in the x16 layout (repack.c), NH halves of a group from half H0
- * (rows 8h..8h+7 each), TT tokens (TT x NH <= 3): per 64 values (c) of a
- * super-block, 8 steps of 4 bytes a row (the low nibbles are sub-block 2c,
- * the high ones 2c+1) summed in int16 by maddubs (8 x 2 x 15 x 127 < 2^15;
- * dword lanes with VNNI), then per sub-block one madd into float, its 6-bit
- * scale times d and the activation's scale in one fma, its min times dmin
- * against the activation's block sum in another. A token's operations do
- * not depend on TT or NH (the exact tile's rule). The pass over half 0
- * prefetches the group Q4K_PREFETCH bytes ahead (the half after it reads
- * the same lines from cache). */
-#define Q4K_PREFETCH (4 * RP_ROWS * 144)
-static AI T256 void q4k_tile(int TT, int NH, const uint8_t *g, int h0, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, nsb = nb / 8;
+/* Q4_K or Q5_K in the x16 layout (repack.c), NH halves of a group from
+ * half H0 (rows 8h..8h+7 each), TT tokens (TT x NH <= 3): per 64 values
+ * (c) of a super-block, 8 steps of 4 bytes a row (the low nibbles are
+ * sub-block 2c, the high ones 2c+1; Q5_K's fifth bits from its qh bytes of
+ * the step) summed in int16 by maddubs (8 x 2 x 15 x 127 < 2^15; Q5_K's
+ * values to 31 flush to int32 after 4 steps; dword lanes with VNNI), then
+ * per sub-block into float: its 6-bit scale times d and the activation's
+ * scale in one fma, its min times dmin against the activation's block sum
+ * in another. A token's operations do not depend on TT or NH (the exact
+ * tile's rule). The pass over half 0 prefetches the group KQ_PREFETCH
+ * super-blocks ahead (the half after it reads the same lines from cache). */
+#define KQ_PREFETCH 4
+static AI T256 void kq_tile(ggml_type T, int TT, int NH, const uint8_t *g, int h0, const act_q8 *a, int t0, float *out,
+                            int ldo) {
+    const int nb = a->nb, nsb = nb / 8, Q5 = T == GGML_TYPE_Q5_K;
+    const size_t sbb = (size_t)RP_ROWS * (Q5 ? 176 : 144), qso = Q5 ? 768 : 256;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi32(3), m15 = _mm256_set1_epi32(15);
     const int8_t *aq[3];
     const float *ad[3], *ads[3];
@@ -411,31 +414,43 @@ static AI T256 void q4k_tile(int TT, int NH, const uint8_t *g, int h0, const act
         for (int v = 0; v < NH; v++) accf[j][v] = _mm256_setzero_ps();
     }
     for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *o = g + (size_t)sb * RP_ROWS * 144;
+        const uint8_t *o = g + (size_t)sb * sbb;
         for (int c = 0; c < 4; c++) {
-            __m256i s[3][2][2];
+            __m256i s[3][2][2], s32[3][2][2];
             for (int j = 0; j < TT; j++)
-                for (int v = 0; v < NH; v++) s[j][v][0] = s[j][v][1] = _mm256_setzero_si256();
-            const uint8_t *q = o + 256 + (size_t)c * 512 + 32 * h0;
+                for (int v = 0; v < NH; v++)
+                    s[j][v][0] = s[j][v][1] = s32[j][v][0] = s32[j][v][1] = _mm256_setzero_si256();
+            const uint8_t *q = o + qso + (size_t)c * 512 + 32 * h0;
             if (h0 == 0)
-                for (int l = 0; l < 9; l++) _mm_prefetch((const char *)o + Q4K_PREFETCH + 576 * c + 64 * l, _MM_HINT_T0);
+                for (size_t l = 0; l < sbb / 4; l += 64)
+                    _mm_prefetch((const char *)o + KQ_PREFETCH * sbb + sbb / 4 * c + l, _MM_HINT_T0);
             for (int k = 0; k < 8; k++) {
                 __m256i lo[2], hi[2];
                 for (int v = 0; v < NH; v++) {
                     __m256i L = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * v));
                     lo[v] = _mm256_and_si256(L, m4);
                     hi[v] = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                    if (Q5) {
+                        __m256i H = _mm256_loadu_si256((const __m256i *)(o + 256 + 64 * k + 32 * (h0 + v)));
+                        lo[v] = _mm256_or_si256(lo[v], rows_bits_to(H, 2 * c, 4, 0x10));
+                        hi[v] = _mm256_or_si256(hi[v], rows_bits_to(H, 2 * c + 1, 4, 0x10));
+                    }
                 }
                 for (int j = 0; j < TT; j++) {
                     const int8_t *ab = aq[j] + 256 * sb + 64 * c + 4 * k;
                     __m256i alo = _mm256_set1_epi32(ld32(ab)), ahi = _mm256_set1_epi32(ld32(ab + 32));
                     for (int v = 0; v < NH; v++) {
 #if KERN_AVX2_VNNI
-                        s[j][v][0] = KERN_DPBUSD(s[j][v][0], lo[v], alo);
-                        s[j][v][1] = KERN_DPBUSD(s[j][v][1], hi[v], ahi);
+                        s32[j][v][0] = KERN_DPBUSD(s32[j][v][0], lo[v], alo);
+                        s32[j][v][1] = KERN_DPBUSD(s32[j][v][1], hi[v], ahi);
 #else
                         s[j][v][0] = _mm256_add_epi16(s[j][v][0], _mm256_maddubs_epi16(lo[v], alo));
                         s[j][v][1] = _mm256_add_epi16(s[j][v][1], _mm256_maddubs_epi16(hi[v], ahi));
+                        if ((Q5 && k == 3) || k == 7)
+                            for (int hh = 0; hh < 2; hh++) {
+                                s32[j][v][hh] = _mm256_add_epi32(s32[j][v][hh], _mm256_madd_epi16(s[j][v][hh], _mm256_set1_epi16(1)));
+                                s[j][v][hh] = _mm256_setzero_si256();
+                            }
 #endif
                     }
                 }
@@ -454,12 +469,7 @@ static AI T256 void q4k_tile(int TT, int NH, const uint8_t *g, int h0, const act
                                                  _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hs, 2), m3), 4));
                     __m256 scd = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), d), mnd = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), dm);
                     for (int j = 0; j < TT; j++) {
-#if KERN_AVX2_VNNI
-                        __m256i s32 = s[j][v][hh];
-#else
-                        __m256i s32 = _mm256_madd_epi16(s[j][v][hh], _mm256_set1_epi16(1));
-#endif
-                        accf[j][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32),
+                        accf[j][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[j][v][hh]),
                                                      _mm256_mul_ps(scd, _mm256_set1_ps(ad[j][8 * sb + jj])), accf[j][v]);
                         accf[j][v] = _mm256_fnmadd_ps(mnd, _mm256_set1_ps(ads[j][8 * sb + jj]), accf[j][v]);
                     }
@@ -471,18 +481,26 @@ static AI T256 void q4k_tile(int TT, int NH, const uint8_t *g, int h0, const act
         for (int v = 0; v < NH; v++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * (h0 + v), accf[j][v]);
 }
 
-/* Tiles of 3 tokens (or 2) a half; a last single token takes both halves in one pass. */
-static T256 void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
-    const int n3 = n / 3 * 3;
+/* Tiles of TM tokens (3 for Q4_K, 2 for Q5_K's extra sums) a half, then
+ * what is left; a last single token takes both halves in one pass. */
+static AI T256 void mm_kq(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out,
+                          int ldo) {
+    const int tm = T == GGML_TYPE_Q5_K ? 2 : 3, nt = n / tm * tm;
     for (int g = 0; g < ng; g++) {
         const uint8_t *gp = w + (size_t)g * gbytes;
         float *og = out + (size_t)g * RP_ROWS;
         for (int h = 0; h < 2 && n > 1; h++) {
-            for (int t = 0; t < n3; t += 3) q4k_tile(3, 1, gp, h, a, t, og, ldo);
-            if (n - n3 == 2) q4k_tile(2, 1, gp, h, a, n3, og, ldo);
+            for (int t = 0; t < nt; t += tm) kq_tile(T, tm, 1, gp, h, a, t, og, ldo);
+            if (n - nt == 2) kq_tile(T, 2, 1, gp, h, a, nt, og, ldo);
         }
-        if (n - n3 == 1) q4k_tile(1, 2, gp, 0, a, n3, og, ldo);
+        if (n - nt == 1) kq_tile(T, 1, 2, gp, 0, a, nt, og, ldo);
     }
+}
+static T256 void mm_q4_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_kq(GGML_TYPE_Q4_K, w, gbytes, ng, a, n, out, ldo);
+}
+static T256 void mm_q5_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) {
+    mm_kq(GGML_TYPE_Q5_K, w, gbytes, ng, a, n, out, ldo);
 }
 
 #define Q32_FN(name, T)                                                                                        \
@@ -780,6 +798,7 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_q4_k = mm_q4_k,
+    .mm_q5_k = mm_q5_k,
     .mm_iq4_nl = mm_iq4_nl,
     .mm_q5_0 = mm_q5_0,
     .mm_q4_1 = mm_q4_1,

@@ -1,13 +1,20 @@
 /* repack.c - the in-place x16 layouts of the 32-value types (Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0, IQ4_NL: the rp32 layout of cpu_internal.h) and of Q4_K,
- * and reading one row back out of them. */
+ * Q5_0, Q5_1, Q8_0, IQ4_NL: the rp32 layout of cpu_internal.h) and of Q4_K
+ * and Q5_K, and reading one row back out of them.
+ *
+ * Q4_K/Q5_K, per super-block of 16 rows: d[16] (F16) at 0, dmin[16] at 32;
+ * at 64 + 16j + r row r's sub-block j scale (low 4 bits) and min (high 4);
+ * at 192 + 16p + r the top 2 bits of scale 2p, min 2p, scale 2p+1, min
+ * 2p+1 (2 bits each, from bit 0); Q5_K: at 256 + 64k + 4r row r's qh bytes
+ * 4k..4k+3; then (at 256, Q5_K 768) 4 chunks c of 8 steps k of 16 rows x 4
+ * bytes: row r's qs bytes 32c + 4k.. at 512c + 64k + 4r. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/quant.h"
 
-int repack_supported(ggml_type t) { return rp32_type(t) || t == GGML_TYPE_Q4_K; }
+int repack_supported(ggml_type t) { return rp32_type(t) || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K; }
 
 /* 1 for the 32-value types of the rp32 layout (cpu_internal.h). */
 int rp32_type(ggml_type t) {
@@ -67,7 +74,7 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
             if (rp32_type(t)) {
                 pack_rp32(t, blk, r, o);
-            } else { /* Q4_K: d, dmin, scales[12], qs[128] */
+            } else { /* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: qh[32] before qs */
                 memcpy(o + 2 * r, blk, 2);
                 memcpy(o + 32 + 2 * r, blk + 2, 2);
                 uint8_t sc[8], m[8];
@@ -76,10 +83,12 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
                 for (int p = 0; p < 4; p++)
                     o[192 + p * 16 + r] = (uint8_t)((sc[2 * p] >> 4) | (m[2 * p] >> 4) << 2 | (sc[2 * p + 1] >> 4) << 4 |
                                                     (m[2 * p + 1] >> 4) << 6);
-                const uint8_t *qs = blk + 16;
+                const int q5 = t == GGML_TYPE_Q5_K;
+                const uint8_t *qs = blk + (q5 ? 48 : 16);
+                for (int k = 0; k < 8 && q5; k++) memcpy(o + 256 + (size_t)k * 64 + r * 4, blk + 16 + 4 * k, 4);
                 for (int c = 0; c < 4; c++)
                     for (int k = 0; k < 8; k++)
-                        memcpy(o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
+                        memcpy(o + (q5 ? 768 : 256) + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
             }
         }
     }
@@ -120,8 +129,11 @@ static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
         s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
         s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
     }
+    const int q5 = t == GGML_TYPE_Q5_K;
+    for (int k = 0; k < 8 && q5; k++) memcpy(blk + 16 + 4 * k, o + 256 + (size_t)k * 64 + r * 4, 4);
     for (int c = 0; c < 4; c++)
-        for (int k = 0; k < 8; k++) memcpy(blk + 16 + 32 * c + 4 * k, o + 256 + (size_t)(c * 8 + k) * 64 + r * 4, 4);
+        for (int k = 0; k < 8; k++)
+            memcpy(blk + (q5 ? 48 : 16) + 32 * c + 4 * k, o + (q5 ? 768 : 256) + (size_t)(c * 8 + k) * 64 + r * 4, 4);
 }
 
 void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r, float *out) {

@@ -194,7 +194,7 @@ static void test_quant_act(const isa *I) {
 
 static void test_quant_mm(const isa *I) {
     ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0,
-                         GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K};
+                         GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K};
     static const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 13};
     for (int ti = 0; ti < (int)(sizeof types / sizeof *types); ti++) {
         ggml_type t = types[ti];
@@ -208,7 +208,7 @@ static void test_quant_mm(const isa *I) {
         int bad_repack = 0;
         for (int ci = 0; ci < 3; ci++)
             for (size_t ni = 0; ni < sizeof tokens / sizeof *tokens; ni++) {
-                int cols = t == GGML_TYPE_Q4_K ? colsv[ci] : colsv[ci] / 8 * (ci + 1) + 32, n = tokens[ni], rows = 48 + 5;
+                int cols = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ? colsv[ci] : colsv[ci] / 8 * (ci + 1) + 32, n = tokens[ni], rows = 48 + 5;
                 size_t rb = ggml_row_bytes(t, (uint64_t)cols);
                 uint8_t *w = make_weight(t, rows, cols);
                 uint8_t *orig = malloc(rb * rows);

@@ -481,16 +481,17 @@ static AI T256 void kq_tile(ggml_type T, int TT, int NH, const uint8_t *g, int h
         for (int v = 0; v < NH; v++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * (h0 + v), accf[j][v]);
 }
 
-/* Tiles of TM tokens (3 for Q4_K, 2 for Q5_K's extra sums) a half, then
- * what is left; a last single token takes both halves in one pass. */
+/* Tiles of 3 tokens a half (Q5_K's extra sums spill a few registers
+ * there, still faster than 2), then what is left; a last single token
+ * takes both halves in one pass. */
 static AI T256 void mm_kq(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out,
                           int ldo) {
-    const int tm = T == GGML_TYPE_Q5_K ? 2 : 3, nt = n / tm * tm;
+    const int nt = n / 3 * 3;
     for (int g = 0; g < ng; g++) {
         const uint8_t *gp = w + (size_t)g * gbytes;
         float *og = out + (size_t)g * RP_ROWS;
         for (int h = 0; h < 2 && n > 1; h++) {
-            for (int t = 0; t < nt; t += tm) kq_tile(T, tm, 1, gp, h, a, t, og, ldo);
+            for (int t = 0; t < nt; t += 3) kq_tile(T, 3, 1, gp, h, a, t, og, ldo);
             if (n - nt == 2) kq_tile(T, 2, 1, gp, h, a, nt, og, ldo);
         }
         if (n - nt == 1) kq_tile(T, 1, 2, gp, 0, a, nt, og, ldo);

@@ -2,10 +2,10 @@
  * AVX-512. Integer dot products use maddubs (u8 x s8 -> s16 pairs) and
  * madd against ones, or AVX-VNNI's vpdpbusd where kern_avxvnni.c builds this
  * file again (KERN_AVX2_VNNI; the same sums, bit for bit: maddubs never
- * saturates here); the x16 groups of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and
- * Q8_0 are read as two halves of 8 rows; every other block type, Q4_K
- * included (measured faster than its x16 layout here), runs in the file
- * layout (kern_rows.h). Float
+ * saturates here); the x16 groups of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0,
+ * Q4_K and Q5_K are read as two halves of 8 rows (Q4_K/Q5_K with software
+ * prefetch: without it their x16 layout read memory slower than the file
+ * layout); every other block type runs in the file layout (kern_rows.h). Float
  * weights (F32, F16, BF16) decode row by row and run prompts as outer
  * products over a transposed activation, as kern_avx512.c does. */
 #include "kernels/cpu/cpu_internal.h"

@@ -103,9 +103,6 @@ static void cpu_copy(kb_backend *kb, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
-/* Bytes of the quantized activation of N tokens of COLS (cols a multiple of
- * CPU_QK): the int8 values, then four arrays of per-block numbers, then the
- * per-16 sums (twice the size of one of those). */
 /* Allocates BYTES for the scratch, unless a test armed a failure: NULL. */
 static void *scratch_alloc(kb_backend *kb, size_t bytes) {
     if (kb->fail_scratch) {

@@ -272,8 +272,8 @@ static AI KT float rows_hsum(__m256 v) {
  * 256-value types take the activation's blocks as multiples of its unit
  * (act_q8 u and mul) into their sub-block scales, so that the whole
  * super-block adds up in integers and meets the floats once; the 32-value
- * types alternate chunks between two float sums, so that no token waits on
- * one chain of dependent fmas. */
+ * types alternate their blocks between the two chains K of ACC (rows_tile),
+ * so that no token waits on one chain of dependent fmas. */
 static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, size_t rb, const act_q8 *a, int t0, int sb,
                           __m256 acc[ROWS_RMAX][ROWS_TMAX][2], float accm[ROWS_RMAX][ROWS_TMAX]) {
     const int qk = rows_qk(T), nc = qk / 32, nb = a->nb;
@@ -310,10 +310,10 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
     }
     __m256i sc16[ROWS_RMAX];
     for (int r = 0; r < R; r++) sc16[r] = rows_scaled(T) && !ix ? rows_split16(T, p[r].sc) : ones16;
-    __m256 s[ROWS_RMAX][ROWS_TMAX][2];
+    __m256 s[ROWS_RMAX][ROWS_TMAX];
     __m256i is[ROWS_TMAX];
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < TT; t++) s[r][t][0] = s[r][t][1] = _mm256_setzero_ps();
+        for (int t = 0; t < TT; t++) s[r][t] = _mm256_setzero_ps();
     for (int t = 0; t < TT; t++) is[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++) {
@@ -339,8 +339,7 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
                     d32 = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], sv), sc[r]);
                 else
                     d32 = KERN_DPBUSD(_mm256_setzero_si256(), u[r], sv);
-                int k = X ? c & 1 : 0;
-                s[r][t][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), da, s[r][t][k]);
+                s[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), da, s[r][t]);
             }
         }
     }
@@ -351,8 +350,7 @@ static AI KT void rows_sb(int T, int R, int TT, int X, int K, const uint8_t *w, 
             if (ix)
                 *ac = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_set1_ps(fu[t]), *ac);
             else
-                *ac = _mm256_fmadd_ps(X && nc > 1 ? _mm256_add_ps(s[r][t][0], s[r][t][1]) : s[r][t][0],
-                                      _mm256_set1_ps(p[r].d), *ac);
+                *ac = _mm256_fmadd_ps(s[r][t], _mm256_set1_ps(p[r].d), *ac);
             if (T == GGML_TYPE_Q2_K || rows_offset(T)) {
                 /* Q2_K: - dmin * m_g * S_g; Q3_K, Q6_K: - offset * d * sc_g * S_g, with S_g
                  * the activation's d times the sum of its group g of 16 (ds16) */

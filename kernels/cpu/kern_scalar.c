@@ -280,13 +280,23 @@ const cpu_kern cpu_kern_scalar = {
     .to_f16 = to_f16,
 };
 
+/* The activation's layout for N tokens of COLS: the int8 values (QS bytes),
+ * then parts of FL bytes: d, m8, m128, ds, the per-16 sums (two parts), u
+ * and mul (at most one part each). Returns the bytes of it all. */
+static size_t act_layout(size_t n, size_t cols, size_t *qs, size_t *fl) {
+    *qs = (n * cols + 63) / 64 * 64;
+    *fl = (n * (cols / CPU_QK) * 4 + 63) / 64 * 64;
+    return *qs + 8 * *fl;
+}
+
 size_t cpu_act_bytes(size_t n, size_t cols) {
-    size_t nb = cols / CPU_QK, qs = (n * cols + 63) / 64 * 64, fl = (n * nb * 4 + 63) / 64 * 64;
-    return qs + 8 * fl; /* qs; d, m8, m128, ds; ds16 (two); u and mul (at most one each) */
+    size_t qs, fl;
+    return act_layout(n, cols, &qs, &fl);
 }
 
 void cpu_act_place(act_q8 *a, void *mem, size_t n, int cols) {
-    size_t nb = (size_t)cols / CPU_QK, qs = (n * cols + 63) / 64 * 64, fl = (n * nb * 4 + 63) / 64 * 64;
+    size_t qs, fl;
+    act_layout(n, (size_t)cols, &qs, &fl);
     uint8_t *p = mem;
     a->qs = (int8_t *)p;
     a->d = (float *)(p + qs);
@@ -297,7 +307,7 @@ void cpu_act_place(act_q8 *a, void *mem, size_t n, int cols) {
     a->u = (float *)(p + qs + 6 * fl);
     a->mul = (int16_t *)(p + qs + 7 * fl);
     a->cols = cols;
-    a->nb = (int)nb;
+    a->nb = cols / CPU_QK;
 }
 
 /* Per super-block (8 blocks): the unit u from the largest magnitudes, each

@@ -3,9 +3,9 @@
  * environment variable ILPD_CPU_ISA=avx512|avx2|scalar caps the choice) run over a
  * thread pool. Activations and the KV cache live in host memory.
  *
- * Weights: weight_upload repacks Q8_0, Q4_0 and Q4_K in place into the x16
- * layout (cpu_internal.h) when the kernel table has a kernel for it (AVX2
- * reads Q4_K in the file layout), and marks them with dev == host
+ * Weights: weight_upload repacks the types of repack.c in place into their
+ * x16 layouts when the kernel table has a kernel for that type (AVX2 has
+ * none for Q6_K, AVX-512 none for Q5_K), and marks them with dev == host
  * (ILPD_CPU_NO_REPACK keeps the file layout); everything that reads a weight (matmul, embed)
  * understands both layouts.
  *

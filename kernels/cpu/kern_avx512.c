@@ -509,8 +509,17 @@ static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
     for (int j = 0; j < TT; j++) _mm512_storeu_ps(out + (size_t)(t0 + j) * ldo, accf[j]);
 }
 
-static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, nsb = nb / 8;
+/* Q4_K or Q5_K in the x16 layout (repack.c), 16 rows x TT tokens from T0:
+ * per 64 values (c) of a super-block, 8 steps of 4 bytes a row (low
+ * nibbles: sub-block 2c, high: 2c+1; Q5_K's fifth bits from the step's qh
+ * bytes, bits 2c and 2c+1) by vpdpbusd, then per sub-block into float: its
+ * 6-bit scale times the activation's scale in one fma, its min against the
+ * activation's block sum in another; d and dmin once per super-block. */
+static AI T512 void kq_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, nsb = nb / 8, Q5 = T == GGML_TYPE_Q5_K;
+    const size_t sbb = (size_t)RP_ROWS * (Q5 ? 176 : 144), qso = Q5 ? 768 : 256;
+    const int pf = Q5 ? 4 : 0; /* software prefetch, super-blocks ahead: Q5_K's two streams read memory at
+                                  half speed without it, Q4_K's one is faster with the hardware's alone */
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi32(3), m15 = _mm512_set1_epi32(15);
     const int8_t *aq[4];
     const float *ad[4], *ads[4];
@@ -522,16 +531,25 @@ static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
         accf[j] = _mm512_setzero_ps();
     }
     for (int sb = 0; sb < nsb; sb++) {
-        const uint8_t *o = g + (size_t)sb * 16 * 144;
+        const uint8_t *o = g + (size_t)sb * sbb;
         __m512 accsc[4], accm[4];
         for (int j = 0; j < TT; j++) accsc[j] = accm[j] = _mm512_setzero_ps();
         for (int c = 0; c < 4; c++) {
             __m512i accA[4], accB[4];
             for (int j = 0; j < TT; j++) accA[j] = accB[j] = _mm512_setzero_si512();
-            const uint8_t *q = o + 256 + (size_t)c * 8 * 64;
+            const uint8_t *q = o + qso + (size_t)c * 8 * 64;
+            for (size_t l = 0; pf && l < sbb / 4; l += 64)
+                _mm_prefetch((const char *)o + pf * sbb + sbb / 4 * c + l, _MM_HINT_T0);
             for (int k = 0; k < 8; k++) {
                 __m512i L = _mm512_loadu_si512((const void *)(q + 64 * k));
                 __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                if (Q5) { /* bit 2c (2c + 1) of the row's qh byte to bit 4 of the low (high) value */
+                    __m512i H = _mm512_loadu_si512((const void *)(o + 256 + 64 * k)), b4 = _mm512_set1_epi8(0x10);
+                    __m512i hl = 2 * c < 4 ? _mm512_slli_epi16(H, 4 - 2 * c) : _mm512_srli_epi16(H, 2 * c - 4);
+                    __m512i hh = 2 * c + 1 < 4 ? _mm512_slli_epi16(H, 3 - 2 * c) : _mm512_srli_epi16(H, 2 * c - 3);
+                    lo = _mm512_ternarylogic_epi32(lo, hl, b4, 0xF8); /* lo | (hl & 0x10) */
+                    hi = _mm512_ternarylogic_epi32(hi, hh, b4, 0xF8);
+                }
                 for (int j = 0; j < TT; j++) {
                     const int8_t *ab = aq[j] + 256 * sb + 64 * c + 4 * k;
                     accA[j] = _mm512_dpbusd_epi32(accA[j], lo, _mm512_set1_epi32(ld32(ab)));
@@ -591,7 +609,8 @@ static AI T512 void q4k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
 #define Q41_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q51_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q80_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q8_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q4K_CALL(T) if ((T) <= 4) q4k_tile((T) > 4 ? 4 : (T), gp, a, t, og, ldo)
+#define Q4K_CALL(T) if ((T) <= 4) kq_tile(GGML_TYPE_Q4_K, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
+#define Q5K_CALL(T) if ((T) <= 4) kq_tile(GGML_TYPE_Q5_K, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
 RP_DRIVER(mm_q4_0, Q40_CALL, 8)
 RP_DRIVER(mm_iq4_nl, NL_CALL, 8)
 RP_DRIVER(mm_q5_0, Q50_CALL, 8)
@@ -599,13 +618,118 @@ RP_DRIVER(mm_q4_1, Q41_CALL, 8)
 RP_DRIVER(mm_q5_1, Q51_CALL, 8)
 RP_DRIVER(mm_q8_0, Q80_CALL, 8)
 RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
+RP_DRIVER(mm_q5_k, Q5K_CALL, 4)
+
+/* Q6_K in the x16 layout (repack.c), TT tokens from T0: per 128 values
+ * (n) and block of 32 (j), per 16 (h), 4 steps of 4 values a row: the
+ * 6-bit values (the nibbles of ql part j & 1, low for j < 2, high for
+ * j >= 2, with bits 2j.. of qh) against the activation by vpdpbusd, times
+ * the row's scale of that 16 (vpmulld; a block's int32 sum stays under 2 x
+ * 16 x 63 x 127 x 128), per block into float with the activation's scale;
+ * the offset 32, per 16, through the activation's sums per 16 (ds16);
+ * times d once per super-block. A token's operations do not depend on TT
+ * (the exact tile's rule). */
+#define K6_PREFETCH 3
+/* The 64 6-bit values (16 rows x 4) of block J at step K of half N of
+ * super-block O of a Q6_K group: the nibbles of ql part J & 1 (low for
+ * J < 2, high for J >= 2) with bits 2J.. of qh. */
+static AI T512 __m512i q6k_values(const uint8_t *o, int n, int k, int j) {
+    const uint8_t *q = o + 288 + (size_t)192 * (8 * n + k);
+    __m512i X = _mm512_loadu_si512((const void *)(q + 64 * (j & 1)));
+    __m512i H = _mm512_loadu_si512((const void *)(q + 128));
+    if (j >= 2) X = _mm512_srli_epi16(X, 4);
+    H = 2 * j < 4 ? _mm512_slli_epi16(H, 4 - 2 * j) : 2 * j > 4 ? _mm512_srli_epi16(H, 2 * j - 4) : H;
+    /* (X & 0x0F) | (H & 0x30) */
+    return _mm512_ternarylogic_epi32(X, _mm512_and_si512(H, _mm512_set1_epi8(0x30)), _mm512_set1_epi8(0x0F), 0xEC);
+}
+/* Scales of the 16 rows for the 16s G of super-block O, as int32. */
+static AI T512 __m512i q6k_scales(const uint8_t *o, int g) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * g)));
+}
+/* Block J of half N for TT tokens: S[t][J] = sum over its two 16s of the
+ * scale times the 16 rows' dot products. */
+static AI T512 void q6k_steps_one(int TT, const uint8_t *o, int n, int j, const int8_t *const *aq, int sb,
+                                  __m512i s[][4]) {
+    for (int t = 0; t < TT; t++) s[t][j] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        __m512i p[8];
+        for (int t = 0; t < TT; t++) p[t] = _mm512_setzero_si512();
+        for (int k = 4 * h; k < 4 * h + 4; k++) {
+            __m512i v = q6k_values(o, n, k, j);
+            for (int t = 0; t < TT; t++)
+                p[t] = _mm512_dpbusd_epi32(p[t], v, _mm512_set1_epi32(ld32(aq[t] + 256 * sb + 128 * n + 32 * j + 4 * k)));
+        }
+        const __m512i sc = q6k_scales(o, 8 * n + 2 * j + h);
+        for (int t = 0; t < TT; t++) s[t][j] = _mm512_add_epi32(s[t][j], _mm512_mullo_epi32(p[t], sc));
+    }
+}
+/* The same for the 4 blocks at once (4 independent chains: one or two
+ * tokens), the same integers. */
+static AI T512 void q6k_steps_all(int TT, const uint8_t *o, int n, const int8_t *const *aq, int sb, __m512i s[][4]) {
+    for (int t = 0; t < TT; t++)
+        for (int j = 0; j < 4; j++) s[t][j] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        __m512i p[2][4];
+        for (int t = 0; t < TT; t++)
+            for (int j = 0; j < 4; j++) p[t][j] = _mm512_setzero_si512();
+        for (int k = 4 * h; k < 4 * h + 4; k++)
+            for (int j = 0; j < 4; j++) {
+                __m512i v = q6k_values(o, n, k, j);
+                for (int t = 0; t < TT; t++)
+                    p[t][j] = _mm512_dpbusd_epi32(p[t][j], v, _mm512_set1_epi32(ld32(aq[t] + 256 * sb + 128 * n + 32 * j + 4 * k)));
+            }
+        for (int j = 0; j < 4; j++) {
+            const __m512i sc = q6k_scales(o, 8 * n + 2 * j + h);
+            for (int t = 0; t < TT; t++) s[t][j] = _mm512_add_epi32(s[t][j], _mm512_mullo_epi32(p[t][j], sc));
+        }
+    }
+}
+
+static AI T512 void q6k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, nsb = nb / 8;
+    const size_t sbb = (size_t)RP_ROWS * 210;
+    const int8_t *aq[8];
+    const float *ad[8], *a16[8];
+    __m512 accf[8];
+    for (int j = 0; j < TT; j++) {
+        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
+        ad[j] = a->d + (size_t)(t0 + j) * nb;
+        a16[j] = a->ds16 + (size_t)(t0 + j) * nb * 2;
+        accf[j] = _mm512_setzero_ps();
+    }
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *o = g + (size_t)sb * sbb;
+        for (size_t l = 0; l < sbb; l += 64) _mm_prefetch((const char *)o + K6_PREFETCH * sbb + l, _MM_HINT_T0);
+        __m512 acc[8];
+        for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+        for (int n = 0; n < 2; n++) {
+            __m512i s[8][4];
+            if (TT <= 2)
+                q6k_steps_all(TT, o, n, aq, sb, s);
+            else
+                for (int j = 0; j < 4; j++) q6k_steps_one(TT, o, n, j, aq, sb, s);
+            for (int j = 0; j < 4; j++)
+                for (int t = 0; t < TT; t++)
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t][j]), _mm512_set1_ps(ad[t][8 * sb + 4 * n + j]), acc[t]);
+        }
+        for (int gg = 0; gg < 16; gg++) { /* - 32 sc_g S_g */
+            __m512 f = _mm512_cvtepi32_ps(_mm512_slli_epi32(q6k_scales(o, gg), 5));
+            for (int t = 0; t < TT; t++) acc[t] = _mm512_fnmadd_ps(f, _mm512_set1_ps(a16[t][16 * sb + gg]), acc[t]);
+        }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+        for (int t = 0; t < TT; t++) accf[t] = _mm512_fmadd_ps(acc[t], d, accf[t]);
+    }
+    for (int t = 0; t < TT; t++) _mm512_storeu_ps(out + (size_t)(t0 + t) * ldo, accf[t]);
+}
+#define Q6K_CALL(T) if ((T) <= 8) q6k_tile((T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+RP_DRIVER(mm_q6_k, Q6K_CALL, 8)
 
 /* Q6_K rows in the file layout: per super-block the 6-bit values are
  * rebuilt in order, 64 at a time (low nibbles from ql, 2 high bits from
  * qh), then dotted with the activation by vpdpbusd; the sub-block scales
  * (one per 16 values) apply per dword lane in integers, the weight and
  * activation scales in float. Up to 32 tokens per pass over a row. */
-static T512 void mm_q6_k(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
+static T512 void mm_q6_k_rows(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
     const int nsb = a->cols / 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3), c32 = _mm512_set1_epi8(32);
     const __mmask64 upper = 0xFFFFFFFF00000000ull;
@@ -911,13 +1035,15 @@ static T512 void attn(const float *q, int G, const void *k, const void *v, int f
 #undef KERN_TARGET
 #undef KERN_ROWS_R
 
-/* Q6_K: its own kernel (64-byte vpdpbusd) in prefill; generation reads a
- * row at a time through the shared 256-bit one, measured faster there, and
- * so do batches of up to KB_EXACT_ROWS (bit for bit a one-row call)
- * (1B shape: 31.9 tok/s with the 64-byte kernel). */
+/* Q6_K rows in the file layout (the tail rows of a repacked weight, and
+ * weights of fewer than 16 rows): its own kernel (64-byte vpdpbusd) in
+ * prefill; generation reads a row at a time through the shared 256-bit
+ * one, measured faster there, and so do batches of up to KB_EXACT_ROWS
+ * (bit for bit a one-row call) (1B shape: 31.9 tok/s with the 64-byte
+ * kernel). */
 static T512 void mm_q6_k_any(const uint8_t *w, size_t rb, int rows, const act_q8 *a, int n, float *out, int ldo) {
     if (n <= KB_EXACT_ROWS) mm_row_q6_k(w, rb, rows, a, n, out, ldo); /* small batches: one kernel, the same bits */
-    else mm_q6_k(w, rb, rows, a, n, out, ldo);
+    else mm_q6_k_rows(w, rb, rows, a, n, out, ldo);
 }
 
 static const cpu_kern kern = {
@@ -932,6 +1058,8 @@ static const cpu_kern kern = {
     .mm_q4_1 = mm_q4_1,
     .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
+    .mm_q5_k = mm_q5_k,
+    .mm_q6_k = mm_q6_k,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k_any},
     .act_absmax = act_absmax,
     .act_round = act_round,

@@ -1,20 +1,29 @@
 /* repack.c - the in-place x16 layouts of the 32-value types (Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0, IQ4_NL: the rp32 layout of cpu_internal.h) and of Q4_K
- * and Q5_K, and reading one row back out of them.
+ * Q5_0, Q5_1, Q8_0, IQ4_NL: the rp32 layout of cpu_internal.h) and of Q4_K,
+ * Q5_K and Q6_K, and reading one row back out of them.
  *
  * Q4_K/Q5_K, per super-block of 16 rows: d[16] (F16) at 0, dmin[16] at 32;
  * at 64 + 16j + r row r's sub-block j scale (low 4 bits) and min (high 4);
  * at 192 + 16p + r the top 2 bits of scale 2p, min 2p, scale 2p+1, min
  * 2p+1 (2 bits each, from bit 0); Q5_K: at 256 + 64k + 4r row r's qh bytes
  * 4k..4k+3; then (at 256, Q5_K 768) 4 chunks c of 8 steps k of 16 rows x 4
- * bytes: row r's qs bytes 32c + 4k.. at 512c + 64k + 4r. */
+ * bytes: row r's qs bytes 32c + 4k.. at 512c + 64k + 4r.
+ *
+ * Q6_K, per super-block of 16 rows (3360 bytes): d[16] (F16) at 0; at
+ * 32 + 16g + r row r's scale g (int8, one per 16 values); then for each
+ * half n of 128 values, 8 steps k of 192 bytes (at 288 + 192 (8n + k)):
+ * row r's ql bytes 64n + 4k.. at + 4r, its ql bytes 64n + 32 + 4k.. at
+ * + 64 + 4r, its qh bytes 32n + 4k.. at + 128 + 4r (a step holds 16 values
+ * a row: 4 of each 32 of the half). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/quant.h"
 
-int repack_supported(ggml_type t) { return rp32_type(t) || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K; }
+int repack_supported(ggml_type t) {
+    return rp32_type(t) || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
+}
 
 /* 1 for the 32-value types of the rp32 layout (cpu_internal.h). */
 int rp32_type(ggml_type t) {
@@ -62,6 +71,46 @@ static void unpack_rp32(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
     if (rp32_has_bits(t)) memcpy(qs - 4, &qh, 4);
 }
 
+/* Row R's Q4_K/Q5_K file block BLK (d, dmin, scales[12], Q5_K's qh[32],
+ * qs[128]) into group block O. */
+static void pack_kq(ggml_type t, const uint8_t *blk, int r, uint8_t *o) {
+    memcpy(o + 2 * r, blk, 2);
+    memcpy(o + 32 + 2 * r, blk + 2, 2);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++) q4k_scale_min(blk + 4, j, &sc[j], &m[j]);
+    for (int j = 0; j < 8; j++) o[64 + j * 16 + r] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
+    for (int p = 0; p < 4; p++)
+        o[192 + p * 16 + r] =
+            (uint8_t)((sc[2 * p] >> 4) | (m[2 * p] >> 4) << 2 | (sc[2 * p + 1] >> 4) << 4 | (m[2 * p + 1] >> 4) << 6);
+    const int q5 = t == GGML_TYPE_Q5_K;
+    const uint8_t *qs = blk + (q5 ? 48 : 16);
+    for (int k = 0; k < 8 && q5; k++) memcpy(o + 256 + (size_t)k * 64 + r * 4, blk + 16 + 4 * k, 4);
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < 8; k++) memcpy(o + (q5 ? 768 : 256) + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
+}
+
+/* Moves row R's Q6_K block between the file layout (ql[128], qh[64],
+ * scales[16], d) and a group block (above): FROM is the group block when
+ * UNPACK, else the file block; TO the other. */
+static void move_q6k(int r, const uint8_t *from, uint8_t *to, int unpack) {
+    size_t f[65], x[65], len[65]; /* 2 x 8 x 3 quant pieces, 16 scales, d */
+    int m = 0;
+    for (int n = 0; n < 2; n++)
+        for (int k = 0; k < 8; k++)
+            for (int p = 0; p < 3; p++, m++) { /* ql low half, ql high half, qh */
+                f[m] = (size_t)(p == 2 ? 128 + 32 * n : 64 * n + 32 * p) + 4 * k;
+                x[m] = 288 + (size_t)192 * (8 * n + k) + 64 * p + 4 * r;
+                len[m] = 4;
+            }
+    for (int g = 0; g < 16; g++, m++) {
+        f[m] = 192 + (size_t)g;
+        x[m] = 32 + (size_t)16 * g + r;
+        len[m] = 1;
+    }
+    f[m] = 208, x[m] = 2 * (size_t)r, len[m++] = 2;
+    for (int i = 0; i < m; i++) memcpy(to + (unpack ? f[i] : x[i]), from + (unpack ? x[i] : f[i]), len[i]);
+}
+
 size_t repack_group_bytes(ggml_type t, int cols) { return RP_ROWS * ggml_row_bytes(t, (uint64_t)cols); }
 
 /* Packs the 16 file-layout rows SRC (row_bytes apart) into DST. */
@@ -72,24 +121,12 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
         if (rp32_has_bits(t)) memset(o + rp32_mask_off(t), 0, 64);
         for (int r = 0; r < RP_ROWS; r++) {
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
-            if (rp32_type(t)) {
+            if (rp32_type(t))
                 pack_rp32(t, blk, r, o);
-            } else { /* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: qh[32] before qs */
-                memcpy(o + 2 * r, blk, 2);
-                memcpy(o + 32 + 2 * r, blk + 2, 2);
-                uint8_t sc[8], m[8];
-                for (int j = 0; j < 8; j++) q4k_scale_min(blk + 4, j, &sc[j], &m[j]);
-                for (int j = 0; j < 8; j++) o[64 + j * 16 + r] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
-                for (int p = 0; p < 4; p++)
-                    o[192 + p * 16 + r] = (uint8_t)((sc[2 * p] >> 4) | (m[2 * p] >> 4) << 2 | (sc[2 * p + 1] >> 4) << 4 |
-                                                    (m[2 * p + 1] >> 4) << 6);
-                const int q5 = t == GGML_TYPE_Q5_K;
-                const uint8_t *qs = blk + (q5 ? 48 : 16);
-                for (int k = 0; k < 8 && q5; k++) memcpy(o + 256 + (size_t)k * 64 + r * 4, blk + 16 + 4 * k, 4);
-                for (int c = 0; c < 4; c++)
-                    for (int k = 0; k < 8; k++)
-                        memcpy(o + (q5 ? 768 : 256) + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
-            }
+            else if (t == GGML_TYPE_Q6_K)
+                move_q6k(r, blk, o, 0);
+            else
+                pack_kq(t, blk, r, o);
         }
     }
 }
@@ -113,6 +150,10 @@ int repack_weight(ggml_type t, void *data, int rows, int cols) {
 static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
     if (rp32_type(t)) {
         unpack_rp32(t, o, r, blk);
+        return;
+    }
+    if (t == GGML_TYPE_Q6_K) {
+        move_q6k(r, o, blk, 1);
         return;
     }
     memcpy(blk, o + 2 * r, 2);

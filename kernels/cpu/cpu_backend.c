@@ -5,7 +5,7 @@
  *
  * Weights: weight_upload repacks the types of repack.c in place into their
  * x16 layouts when the kernel table has a kernel for that type (AVX2 has
- * none for Q6_K, AVX-512 none for Q5_K), and marks them with dev == host
+ * none for Q2_K, Q3_K and Q6_K), and marks them with dev == host
  * (ILPD_CPU_NO_REPACK keeps the file layout); everything that reads a weight (matmul, embed)
  * understands both layouts.
  *

@@ -116,7 +116,7 @@ typedef struct {
     const char *name;
     mm_float_fn mm_f32, mm_f16, mm_bf16;
     /* NULL: that type is not repacked (file-layout rows) */
-    mm_rp_fn mm_q8_0, mm_q4_0, mm_q4_k, mm_q5_k, mm_q6_k, mm_iq4_nl, mm_q5_0, mm_q4_1, mm_q5_1;
+    mm_rp_fn mm_q8_0, mm_q4_0, mm_q2_k, mm_q3_k, mm_q4_k, mm_q5_k, mm_q6_k, mm_iq4_nl, mm_iq4_xs, mm_q5_0, mm_q4_1, mm_q5_1;
     /* Rows of a block type in the file layout (not repacked), indexed by
      * the ggml type: see mm_row_fn; NULL: the rows are dequantized instead. */
     mm_row_fn mm_row[CPU_ROW_TYPES];

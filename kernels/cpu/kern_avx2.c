@@ -3,7 +3,7 @@
  * madd against ones, or AVX-VNNI's vpdpbusd where kern_avxvnni.c builds this
  * file again (KERN_AVX2_VNNI; the same sums, bit for bit: maddubs never
  * saturates here); the x16 groups of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0,
- * Q4_K and Q5_K are read as two halves of 8 rows (Q4_K/Q5_K with software
+ * IQ4_XS, Q4_K and Q5_K are read as two halves of 8 rows (Q4_K/Q5_K with software
  * prefetch: without it their x16 layout read memory slower than the file
  * layout); every other block type runs in the file layout (kern_rows.h). Float
  * weights (F32, F16, BF16) decode row by row and run prompts as outer
@@ -281,15 +281,28 @@ static AI int32_t ld32(const int8_t *p) {
 #undef KERN_TARGET
 #undef KERN_ROWS_R
 
-/* A type of the rp32 layout (cpu_internal.h), rows 8h..8h+7 of a group, TT
- * tokens. Q4_0, Q4_1, Q5_0, Q5_1: unsigned nibbles (the fifth bits of Q5_0/
- * Q5_1 from their masks, 32 bits a half-chunk, as 0x10 bytes), the offsets
- * of Q4_0 (-8) and Q5_0 (-16) back out through m8, the mins of Q4_1/Q5_1
- * through the activation's block sums (ds); IQ4_NL and Q8_0 signed, through
- * the sign trick. */
+/* The scales of rows 8h..8h+7 for block J of the IQ4_XS super-block at SB
+ * (x16 layout, repack.c): d (sc - 32), the 6-bit sc from scales_l and
+ * scales_h. */
+static AI T256 __m256 iq4xs_scale(const uint8_t *sb, int h, int j) {
+    __m256i l = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)(sb + 32 + 32 * h)), 4 * j);
+    __m256i hi = _mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sb + 96 + 16 * h))), 2 * j);
+    __m256i sc = _mm256_or_si256(_mm256_and_si256(l, _mm256_set1_epi32(15)),
+                                 _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16 * h))),
+                         _mm256_cvtepi32_ps(_mm256_sub_epi32(sc, _mm256_set1_epi32(32))));
+}
+
+/* A type of the rp32 layout (cpu_internal.h), or IQ4_XS (its blocks of 32
+ * in the same chunks, their scales from the super-block), rows 8h..8h+7 of
+ * a group, TT tokens. Q4_0, Q4_1, Q5_0, Q5_1: unsigned nibbles (the fifth
+ * bits of Q5_0/Q5_1 from their masks, 32 bits a half-chunk, as 0x10
+ * bytes), the offsets of Q4_0 (-8) and Q5_0 (-16) back out through m8, the
+ * mins of Q4_1/Q5_1 through the activation's block sums (ds); IQ4_NL,
+ * IQ4_XS and Q8_0 signed, through the sign trick. */
 static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0 && T != GGML_TYPE_IQ4_NL, HB = rp32_has_bits(T),
-              MIN = rp32_has_min(T), ch = rp32_chunk_off(T), mo = rp32_mask_off(T);
+    const int nb = a->nb, XS = T == GGML_TYPE_IQ4_XS, NL = T == GGML_TYPE_IQ4_NL || XS, Q4 = T != GGML_TYPE_Q8_0 && !NL,
+              HB = rp32_has_bits(T), MIN = rp32_has_min(T), ch = XS ? 128 : rp32_chunk_off(T), mo = rp32_mask_off(T);
     const size_t bb = 16 * (size_t)(T == GGML_TYPE_Q8_0 ? 34 : 18 + 2 * MIN + 4 * HB);
     const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80);
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
@@ -305,7 +318,9 @@ static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const
         accf[j] = _mm256_setzero_ps();
     }
     for (int b = 0; b < nb; b++) {
-        const uint8_t *o = g + (size_t)b * bb;
+        /* IQ4_XS: O such that block b's chunks are at O + ch (its super-block's d at SBP) */
+        const uint8_t *sbp = g + (size_t)(b / 8) * RP_ROWS * 136;
+        const uint8_t *o = XS ? sbp + 256 * (b % 8) : g + (size_t)b * bb;
         /* two accumulators per token: shorter dependency chains */
         __m256i acc[4], acc2[4];
         for (int j = 0; j < TT; j++) {
@@ -338,9 +353,9 @@ static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const
 #endif
                 }
             }
-        } else if (T == GGML_TYPE_IQ4_NL) { /* table values, signed: the sign trick, one madd per half */
+        } else if (NL) { /* table values, signed: the sign trick, one madd per half */
             for (int k = 0; k < 4; k++) {
-                __m256i L = _mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h));
+                __m256i L = _mm256_loadu_si256((const __m256i *)(o + ch + 64 * k + 32 * h));
                 __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(L, m4));
                 __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(L, 4), m4));
                 __m256i ulo = _mm256_abs_epi8(lo), uhi = _mm256_abs_epi8(hi);
@@ -365,7 +380,7 @@ static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const
             }
         }
         for (int j = 0; j < TT; j++) acc[j] = _mm256_add_epi32(acc[j], acc2[j]);
-        __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+        __m256 ws = XS ? iq4xs_scale(sbp, h, b % 8) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
         for (int j = 0; j < TT; j++)
             accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[j]), _mm256_mul_ps(ws, _mm256_set1_ps(ad[j][b])), accf[j]);
         if (MIN) {
@@ -510,6 +525,7 @@ static T256 void mm_q5_k(const uint8_t *w, size_t gbytes, int ng, const act_q8 *
     }
 Q32_FN(mm_q4_0, GGML_TYPE_Q4_0)
 Q32_FN(mm_iq4_nl, GGML_TYPE_IQ4_NL)
+Q32_FN(mm_iq4_xs, GGML_TYPE_IQ4_XS)
 Q32_FN(mm_q8_0, GGML_TYPE_Q8_0)
 Q32_FN(mm_q5_0, GGML_TYPE_Q5_0)
 Q32_FN(mm_q4_1, GGML_TYPE_Q4_1)
@@ -801,6 +817,7 @@ static const cpu_kern kern = {
     .mm_q4_k = mm_q4_k,
     .mm_q5_k = mm_q5_k,
     .mm_iq4_nl = mm_iq4_nl,
+    .mm_iq4_xs = mm_iq4_xs,
     .mm_q5_0 = mm_q5_0,
     .mm_q4_1 = mm_q4_1,
     .mm_q5_1 = mm_q5_1,

@@ -427,15 +427,27 @@ static AI int32_t ld32(const int8_t *p) {
     return v;
 }
 
-/* A type of the rp32 layout (cpu_internal.h): 16 rows x TT tokens starting
- * at token T0. IQ4_NL's nibbles index its table shifted by 128 (unsigned for
- * vpdpbusd), which m128 takes back out, as for Q8_0's sign-flipped bytes;
+/* The 16 rows' scales of block J of the IQ4_XS super-block at SB (x16
+ * layout, repack.c): d (sc - 32), the 6-bit sc from scales_l and scales_h. */
+static AI T512 __m512 iq4xs_scale(const uint8_t *sb, int j) {
+    __m512i l = _mm512_and_si512(_mm512_srli_epi32(_mm512_loadu_si512((const void *)(sb + 32)), 4 * j), _mm512_set1_epi32(15));
+    __m512i h = _mm512_srli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sb + 96))), 2 * j);
+    __m512i sc = _mm512_or_si512(l, _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(3)), 4));
+    return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb)),
+                         _mm512_cvtepi32_ps(_mm512_sub_epi32(sc, _mm512_set1_epi32(32))));
+}
+
+/* A type of the rp32 layout (cpu_internal.h), or IQ4_XS (its blocks of 32
+ * in the same chunks, their scales from the super-block): 16 rows x TT
+ * tokens starting at token T0. IQ4_NL's and IQ4_XS's nibbles index their
+ * table shifted by 128 (unsigned for vpdpbusd), which m128 takes back out,
+ * as for Q8_0's sign-flipped bytes;
  * Q5_0/Q5_1 add 16 where their bit masks say; the offsets of Q4_0 (-8) and
  * Q5_0 (-16) come back out through m8; Q4_1/Q5_1 add their min times the
  * activation's block sum (ds). */
 static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0, NL = T == GGML_TYPE_IQ4_NL, HB = rp32_has_bits(T),
-              MIN = rp32_has_min(T), ch = rp32_chunk_off(T), mo = rp32_mask_off(T);
+    const int nb = a->nb, Q4 = T != GGML_TYPE_Q8_0, XS = T == GGML_TYPE_IQ4_XS, NL = T == GGML_TYPE_IQ4_NL || XS,
+              HB = rp32_has_bits(T), MIN = rp32_has_min(T), ch = XS ? 128 : rp32_chunk_off(T), mo = rp32_mask_off(T);
     const size_t bb = 16 * (size_t)(T == GGML_TYPE_Q8_0 ? 34 : 18 + 2 * MIN + 4 * HB);
     const __m512i c16 = _mm512_set1_epi8(16);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -453,7 +465,9 @@ static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
         accf[j] = _mm512_setzero_ps();
     }
     for (int b = 0; b < nb; b++) {
-        const uint8_t *o = g + (size_t)b * bb;
+        /* IQ4_XS: O such that block b's chunks are at O + ch (its super-block's d at SBP) */
+        const uint8_t *sbp = g + (size_t)(b / 8) * RP_ROWS * 136;
+        const uint8_t *o = XS ? sbp + 256 * (b % 8) : g + (size_t)b * bb;
         /* with few tokens the dot products of a block form one long dependency
          * chain: split it in two (SPLIT) so that vpdpbusd latency hides */
         const int SPLIT = TT <= 2;
@@ -498,7 +512,7 @@ static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
         }
         if (SPLIT)
             for (int j = 0; j < TT; j++) acc[j] = _mm512_add_epi32(acc[j], acc2[j]);
-        __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+        __m512 ws = XS ? iq4xs_scale(sbp, b % 8) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
         for (int j = 0; j < TT; j++)
             accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_mul_ps(ws, _mm512_set1_ps(ad[j][b])), accf[j]);
         if (MIN) {
@@ -605,6 +619,7 @@ static AI T512 void kq_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 
 
 #define Q40_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define NL_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_IQ4_NL, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define XS_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_IQ4_XS, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q50_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q41_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 #define Q51_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
@@ -613,6 +628,7 @@ static AI T512 void kq_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 
 #define Q5K_CALL(T) if ((T) <= 4) kq_tile(GGML_TYPE_Q5_K, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
 RP_DRIVER(mm_q4_0, Q40_CALL, 8)
 RP_DRIVER(mm_iq4_nl, NL_CALL, 8)
+RP_DRIVER(mm_iq4_xs, XS_CALL, 8)
 RP_DRIVER(mm_q5_0, Q50_CALL, 8)
 RP_DRIVER(mm_q4_1, Q41_CALL, 8)
 RP_DRIVER(mm_q5_1, Q51_CALL, 8)
@@ -620,20 +636,31 @@ RP_DRIVER(mm_q8_0, Q80_CALL, 8)
 RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
 RP_DRIVER(mm_q5_k, Q5K_CALL, 4)
 
-/* Q6_K in the x16 layout (repack.c), TT tokens from T0: per 128 values
- * (n) and block of 32 (j), per 16 (h), 4 steps of 4 values a row: the
- * 6-bit values (the nibbles of ql part j & 1, low for j < 2, high for
- * j >= 2, with bits 2j.. of qh) against the activation by vpdpbusd, times
- * the row's scale of that 16 (vpmulld; a block's int32 sum stays under 2 x
- * 16 x 63 x 127 x 128), per block into float with the activation's scale;
- * the offset 32, per 16, through the activation's sums per 16 (ds16);
- * times d once per super-block. A token's operations do not depend on TT
- * (the exact tile's rule). */
-#define K6_PREFETCH 3
-/* The 64 6-bit values (16 rows x 4) of block J at step K of half N of
- * super-block O of a Q6_K group: the nibbles of ql part J & 1 (low for
- * J < 2, high for J >= 2) with bits 2J.. of qh. */
-static AI T512 __m512i q6k_values(const uint8_t *o, int n, int k, int j) {
+/* Q6_K, Q3_K or Q2_K in the x16 layout (repack.c), TT tokens from T0: per 128
+ * values (n) and block of 32 (j), per 16 (h), 4 steps of 4 values a row
+ * (k16_values) against the activation by vpdpbusd, times the row's scale
+ * of that 16 (vpmulld; a block's int32 sum stays under 2 x 16 x 63 x 127 x
+ * 128), per block into float with the activation's scale; times d once
+ * per super-block; the rest through the activation's sums per 16 (ds16):
+ * the offsets of Q6_K (- 32 d sc_g S_g) and Q3_K (- 4 d sc_g S_g), Q2_K's
+ * mins (- dmin m_g S_g). A
+ * token's operations do not depend on TT (the exact tile's rule). */
+static AI int k16_sbb(ggml_type T) { return RP_ROWS * (T == GGML_TYPE_Q6_K ? 210 : T == GGML_TYPE_Q3_K ? 110 : 84); }
+/* The 64 values (16 rows x 4) of block J at step K of half N of
+ * super-block O, unsigned. Q6_K: the nibbles of ql part J & 1 (low for
+ * J < 2, high for J >= 2) with bits 2J.. of qh; Q2_K: bits 2J.. of its qs
+ * bytes; Q3_K: the same with bit 4N + J of its hmask bytes. */
+static AI T512 __m512i k16_values(ggml_type T, const uint8_t *o, int n, int k, int j) {
+    if (T == GGML_TYPE_Q3_K) { /* 2 bits of qs, bit 4n + j of hmask as 4 (minus 4: the offset) */
+        __m512i L = _mm512_srli_epi16(_mm512_loadu_si512((const void *)(o + 736 + 64 * (8 * n + k))), 2 * j);
+        __m512i H = _mm512_loadu_si512((const void *)(o + 224 + 64 * k));
+        const int b = 4 * n + j;
+        H = b < 2 ? _mm512_slli_epi16(H, 2 - b) : b > 2 ? _mm512_srli_epi16(H, b - 2) : H;
+        return _mm512_ternarylogic_epi32(L, _mm512_and_si512(H, _mm512_set1_epi8(4)), _mm512_set1_epi8(3), 0xEC);
+    }
+    if (T == GGML_TYPE_Q2_K)
+        return _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512((const void *)(o + 320 + 64 * (8 * n + k))), 2 * j),
+                                _mm512_set1_epi8(3));
     const uint8_t *q = o + 288 + (size_t)192 * (8 * n + k);
     __m512i X = _mm512_loadu_si512((const void *)(q + 64 * (j & 1)));
     __m512i H = _mm512_loadu_si512((const void *)(q + 128));
@@ -642,30 +669,42 @@ static AI T512 __m512i q6k_values(const uint8_t *o, int n, int k, int j) {
     /* (X & 0x0F) | (H & 0x30) */
     return _mm512_ternarylogic_epi32(X, _mm512_and_si512(H, _mm512_set1_epi8(0x30)), _mm512_set1_epi8(0x0F), 0xEC);
 }
-/* Scales of the 16 rows for the 16s G of super-block O, as int32. */
-static AI T512 __m512i q6k_scales(const uint8_t *o, int g) {
-    return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * g)));
+/* The 16 rows' scales (MIN: Q2_K's mins) of the 16s G of super-block O, as int32. */
+static AI T512 __m512i k16_scales(ggml_type T, const uint8_t *o, int g, int MIN) {
+    if (T == GGML_TYPE_Q6_K) return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * g)));
+    if (T == GGML_TYPE_Q3_K) { /* 6 bits, minus 32: 4 from byte g % 4 of a0 (g < 4, 8-11) or a1, high
+                                  nibble for g >= 8; 2 from byte g % 4 of a2, bits 2 (g / 4).. */
+        const int i = 8 * (g % 4);
+        __m512i A = _mm512_loadu_si512((const void *)(o + (g % 8 < 4 ? 32 : 96)));
+        __m512i B = _mm512_loadu_si512((const void *)(o + 160));
+        __m512i lo = _mm512_and_si512(_mm512_srli_epi32(A, i + (g >= 8 ? 4 : 0)), _mm512_set1_epi32(15));
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi32(B, i + 2 * (g / 4)), _mm512_set1_epi32(3));
+        return _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    }
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 64 + 16 * g)));
+    return MIN ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(15));
 }
 /* Block J of half N for TT tokens: S[t][J] = sum over its two 16s of the
- * scale times the 16 rows' dot products. */
-static AI T512 void q6k_steps_one(int TT, const uint8_t *o, int n, int j, const int8_t *const *aq, int sb,
-                                  __m512i s[][4]) {
+ * scale (SCV: the super-block's, k16_scales) times the 16 rows' dot
+ * products. */
+static AI T512 void k16_steps_one(ggml_type T, int TT, const uint8_t *o, const __m512i *scv, int n, int j,
+                                  const int8_t *const *aq, int sb, __m512i s[][4]) {
     for (int t = 0; t < TT; t++) s[t][j] = _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
         __m512i p[8];
         for (int t = 0; t < TT; t++) p[t] = _mm512_setzero_si512();
         for (int k = 4 * h; k < 4 * h + 4; k++) {
-            __m512i v = q6k_values(o, n, k, j);
+            __m512i v = k16_values(T, o, n, k, j);
             for (int t = 0; t < TT; t++)
                 p[t] = _mm512_dpbusd_epi32(p[t], v, _mm512_set1_epi32(ld32(aq[t] + 256 * sb + 128 * n + 32 * j + 4 * k)));
         }
-        const __m512i sc = q6k_scales(o, 8 * n + 2 * j + h);
-        for (int t = 0; t < TT; t++) s[t][j] = _mm512_add_epi32(s[t][j], _mm512_mullo_epi32(p[t], sc));
+        for (int t = 0; t < TT; t++) s[t][j] = _mm512_add_epi32(s[t][j], _mm512_mullo_epi32(p[t], scv[8 * n + 2 * j + h]));
     }
 }
 /* The same for the 4 blocks at once (4 independent chains: one or two
  * tokens), the same integers. */
-static AI T512 void q6k_steps_all(int TT, const uint8_t *o, int n, const int8_t *const *aq, int sb, __m512i s[][4]) {
+static AI T512 void k16_steps_all(ggml_type T, int TT, const uint8_t *o, const __m512i *scv, int n,
+                                  const int8_t *const *aq, int sb, __m512i s[][4]) {
     for (int t = 0; t < TT; t++)
         for (int j = 0; j < 4; j++) s[t][j] = _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
@@ -674,20 +713,21 @@ static AI T512 void q6k_steps_all(int TT, const uint8_t *o, int n, const int8_t 
             for (int j = 0; j < 4; j++) p[t][j] = _mm512_setzero_si512();
         for (int k = 4 * h; k < 4 * h + 4; k++)
             for (int j = 0; j < 4; j++) {
-                __m512i v = q6k_values(o, n, k, j);
+                __m512i v = k16_values(T, o, n, k, j);
                 for (int t = 0; t < TT; t++)
                     p[t][j] = _mm512_dpbusd_epi32(p[t][j], v, _mm512_set1_epi32(ld32(aq[t] + 256 * sb + 128 * n + 32 * j + 4 * k)));
             }
         for (int j = 0; j < 4; j++) {
-            const __m512i sc = q6k_scales(o, 8 * n + 2 * j + h);
-            for (int t = 0; t < TT; t++) s[t][j] = _mm512_add_epi32(s[t][j], _mm512_mullo_epi32(p[t][j], sc));
+            for (int t = 0; t < TT; t++)
+                s[t][j] = _mm512_add_epi32(s[t][j], _mm512_mullo_epi32(p[t][j], scv[8 * n + 2 * j + h]));
         }
     }
 }
 
-static AI T512 void q6k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
-    const int nb = a->nb, nsb = nb / 8;
-    const size_t sbb = (size_t)RP_ROWS * 210;
+#define K16_PREFETCH 3 /* super-blocks ahead */
+static AI T512 void k16_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 *a, int t0, float *out, int ldo) {
+    const int nb = a->nb, nsb = nb / 8, Q6 = T == GGML_TYPE_Q6_K;
+    const size_t sbb = (size_t)k16_sbb(T);
     const int8_t *aq[8];
     const float *ad[8], *a16[8];
     __m512 accf[8];
@@ -699,30 +739,41 @@ static AI T512 void q6k_tile(int TT, const uint8_t *g, const act_q8 *a, int t0, 
     }
     for (int sb = 0; sb < nsb; sb++) {
         const uint8_t *o = g + (size_t)sb * sbb;
-        for (size_t l = 0; l < sbb; l += 64) _mm_prefetch((const char *)o + K6_PREFETCH * sbb + l, _MM_HINT_T0);
-        __m512 acc[8];
-        for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+        for (size_t l = 0; l < sbb; l += 64) _mm_prefetch((const char *)o + K16_PREFETCH * sbb + l, _MM_HINT_T0);
+        __m512 acc[8], accm[8];
+        __m512i scv[16];
+        for (int gg = 0; gg < 16; gg++) scv[gg] = k16_scales(T, o, gg, 0);
+        for (int t = 0; t < TT; t++) acc[t] = accm[t] = _mm512_setzero_ps();
         for (int n = 0; n < 2; n++) {
             __m512i s[8][4];
             if (TT <= 2)
-                q6k_steps_all(TT, o, n, aq, sb, s);
+                k16_steps_all(T, TT, o, scv, n, aq, sb, s);
             else
-                for (int j = 0; j < 4; j++) q6k_steps_one(TT, o, n, j, aq, sb, s);
+                for (int j = 0; j < 4; j++) k16_steps_one(T, TT, o, scv, n, j, aq, sb, s);
             for (int j = 0; j < 4; j++)
                 for (int t = 0; t < TT; t++)
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t][j]), _mm512_set1_ps(ad[t][8 * sb + 4 * n + j]), acc[t]);
         }
-        for (int gg = 0; gg < 16; gg++) { /* - 32 sc_g S_g */
-            __m512 f = _mm512_cvtepi32_ps(_mm512_slli_epi32(q6k_scales(o, gg), 5));
-            for (int t = 0; t < TT; t++) acc[t] = _mm512_fnmadd_ps(f, _mm512_set1_ps(a16[t][16 * sb + gg]), acc[t]);
+        for (int gg = 0; gg < 16; gg++) { /* Q6_K, Q3_K: sc_g S_g; Q2_K: m_g S_g */
+            __m512 f = _mm512_cvtepi32_ps(T == GGML_TYPE_Q2_K ? k16_scales(T, o, gg, 1) : scv[gg]);
+            for (int t = 0; t < TT; t++) accm[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(a16[t][16 * sb + gg]), accm[t]);
         }
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
-        for (int t = 0; t < TT; t++) accf[t] = _mm512_fmadd_ps(acc[t], d, accf[t]);
+        __m512 dm = T == GGML_TYPE_Q2_K ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)))
+                                        : _mm512_mul_ps(d, _mm512_set1_ps(Q6 ? 32.0f : 4.0f));
+        for (int t = 0; t < TT; t++) {
+            accf[t] = _mm512_fmadd_ps(acc[t], d, accf[t]);
+            accf[t] = _mm512_fnmadd_ps(accm[t], dm, accf[t]);
+        }
     }
     for (int t = 0; t < TT; t++) _mm512_storeu_ps(out + (size_t)(t0 + t) * ldo, accf[t]);
 }
-#define Q6K_CALL(T) if ((T) <= 8) q6k_tile((T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q6K_CALL(T) if ((T) <= 8) k16_tile(GGML_TYPE_Q6_K, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q2K_CALL(T) if ((T) <= 8) k16_tile(GGML_TYPE_Q2_K, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
+#define Q3K_CALL(T) if ((T) <= 8) k16_tile(GGML_TYPE_Q3_K, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
 RP_DRIVER(mm_q6_k, Q6K_CALL, 8)
+RP_DRIVER(mm_q2_k, Q2K_CALL, 8)
+RP_DRIVER(mm_q3_k, Q3K_CALL, 8)
 
 /* Q6_K rows in the file layout: per super-block the 6-bit values are
  * rebuilt in order, 64 at a time (low nibbles from ql, 2 high bits from
@@ -1054,12 +1105,15 @@ static const cpu_kern kern = {
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
     .mm_iq4_nl = mm_iq4_nl,
+    .mm_iq4_xs = mm_iq4_xs,
     .mm_q5_0 = mm_q5_0,
     .mm_q4_1 = mm_q4_1,
     .mm_q5_1 = mm_q5_1,
     .mm_q4_k = mm_q4_k,
     .mm_q5_k = mm_q5_k,
     .mm_q6_k = mm_q6_k,
+    .mm_q2_k = mm_q2_k,
+    .mm_q3_k = mm_q3_k,
     .mm_row = {KERN_ROWS_TABLE, [GGML_TYPE_Q6_K] = mm_q6_k_any},
     .act_absmax = act_absmax,
     .act_round = act_round,

@@ -359,10 +359,13 @@ mm_rp_fn cpu_rp_kernel(const cpu_kern *k, ggml_type t) {
     switch (t) {
     case GGML_TYPE_Q8_0: return k->mm_q8_0;
     case GGML_TYPE_Q4_0: return k->mm_q4_0;
+    case GGML_TYPE_Q2_K: return k->mm_q2_k;
+    case GGML_TYPE_Q3_K: return k->mm_q3_k;
     case GGML_TYPE_Q4_K: return k->mm_q4_k;
     case GGML_TYPE_Q5_K: return k->mm_q5_k;
     case GGML_TYPE_Q6_K: return k->mm_q6_k;
     case GGML_TYPE_IQ4_NL: return k->mm_iq4_nl;
+    case GGML_TYPE_IQ4_XS: return k->mm_iq4_xs;
     case GGML_TYPE_Q5_0: return k->mm_q5_0;
     case GGML_TYPE_Q4_1: return k->mm_q4_1;
     case GGML_TYPE_Q5_1: return k->mm_q5_1;

@@ -1,6 +1,6 @@
 /* repack.c - the in-place x16 layouts of the 32-value types (Q4_0, Q4_1,
  * Q5_0, Q5_1, Q8_0, IQ4_NL: the rp32 layout of cpu_internal.h) and of Q4_K,
- * Q5_K and Q6_K, and reading one row back out of them.
+ * Q5_K, Q6_K, IQ4_XS, Q2_K and Q3_K, and reading one row back out of them.
  *
  * Q4_K/Q5_K, per super-block of 16 rows: d[16] (F16) at 0, dmin[16] at 32;
  * at 64 + 16j + r row r's sub-block j scale (low 4 bits) and min (high 4);
@@ -14,7 +14,22 @@
  * half n of 128 values, 8 steps k of 192 bytes (at 288 + 192 (8n + k)):
  * row r's ql bytes 64n + 4k.. at + 4r, its ql bytes 64n + 32 + 4k.. at
  * + 64 + 4r, its qh bytes 32n + 4k.. at + 128 + 4r (a step holds 16 values
- * a row: 4 of each 32 of the half). */
+ * a row: 4 of each 32 of the half).
+ *
+ * IQ4_XS, per super-block of 16 rows (2176 bytes): d[16] (F16) at 0; row
+ * r's scales_l (4 bytes) at 32 + 4r, its scales_h (2 bytes) at 96 + 2r;
+ * then each block j of 32 values as the rp32 layout's chunks
+ * (cpu_internal.h): row r's qs bytes 16j + 4k.. at 128 + 256j + 64k + 4r.
+ *
+ * Q2_K, per super-block of 16 rows (1344 bytes): d[16] (F16) at 0, dmin[16]
+ * at 32; at 64 + 16g + r row r's scale byte g (scale and min of the 16s g);
+ * then for each half n of 128 values, 8 steps k: row r's qs bytes 32n +
+ * 4k.. at 320 + 64 (8n + k) + 4r.
+ *
+ * Q3_K, per super-block of 16 rows (1760 bytes): d[16] (F16) at 0; row r's
+ * scale bytes 4i..4i+3 (the file's 12-byte packing) at 32 + 64i + 4r; its
+ * hmask bytes 4k.. at 224 + 64k + 4r; then as Q2_K its qs bytes 32n + 4k..
+ * at 736 + 64 (8n + k) + 4r. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +37,8 @@
 #include "kernels/quant.h"
 
 int repack_supported(ggml_type t) {
-    return rp32_type(t) || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
+    return rp32_type(t) || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS ||
+           t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K;
 }
 
 /* 1 for the 32-value types of the rp32 layout (cpu_internal.h). */
@@ -89,25 +105,52 @@ static void pack_kq(ggml_type t, const uint8_t *blk, int r, uint8_t *o) {
         for (int k = 0; k < 8; k++) memcpy(o + (q5 ? 768 : 256) + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
 }
 
-/* Moves row R's Q6_K block between the file layout (ql[128], qh[64],
- * scales[16], d) and a group block (above): FROM is the group block when
- * UNPACK, else the file block; TO the other. */
-static void move_q6k(int r, const uint8_t *from, uint8_t *to, int unpack) {
-    size_t f[65], x[65], len[65]; /* 2 x 8 x 3 quant pieces, 16 scales, d */
+/* The pieces of row R's file block of Q6_K, IQ4_XS, Q2_K or Q3_K and where they go in
+ * a group block (above): F[i] (file offset), X[i] (group offset), LEN[i];
+ * returns their count (at most 65). */
+static int pieces_256(ggml_type t, int r, size_t *f, size_t *x, size_t *len) {
     int m = 0;
-    for (int n = 0; n < 2; n++)
-        for (int k = 0; k < 8; k++)
-            for (int p = 0; p < 3; p++, m++) { /* ql low half, ql high half, qh */
-                f[m] = (size_t)(p == 2 ? 128 + 32 * n : 64 * n + 32 * p) + 4 * k;
-                x[m] = 288 + (size_t)192 * (8 * n + k) + 64 * p + 4 * r;
-                len[m] = 4;
-            }
-    for (int g = 0; g < 16; g++, m++) {
-        f[m] = 192 + (size_t)g;
-        x[m] = 32 + (size_t)16 * g + r;
-        len[m] = 1;
+#define PIECE(F, X, L) (f[m] = (size_t)(F), x[m] = (size_t)(X), len[m++] = (L))
+    if (t == GGML_TYPE_IQ4_XS) { /* d, scales_h, scales_l[4], qs[128] */
+        PIECE(0, 2 * r, 2);
+        PIECE(2, 96 + 2 * r, 2);
+        PIECE(4, 32 + 4 * r, 4);
+        for (int j = 0; j < 8; j++)
+            for (int k = 0; k < 4; k++) PIECE(8 + 16 * j + 4 * k, 128 + 256 * j + 64 * k + 4 * r, 4);
+        return m;
     }
-    f[m] = 208, x[m] = 2 * (size_t)r, len[m++] = 2;
+    if (t == GGML_TYPE_Q3_K) { /* hmask[32], qs[64], scales[12], d */
+        PIECE(108, 2 * r, 2);
+        for (int i = 0; i < 3; i++) PIECE(96 + 4 * i, 32 + 64 * i + 4 * r, 4);
+        for (int k = 0; k < 8; k++) PIECE(4 * k, 224 + 64 * k + 4 * r, 4);
+        for (int n = 0; n < 2; n++)
+            for (int k = 0; k < 8; k++) PIECE(32 + 32 * n + 4 * k, 736 + 64 * (8 * n + k) + 4 * r, 4);
+        return m;
+    }
+    if (t == GGML_TYPE_Q2_K) { /* scales[16], qs[64], d, dmin */
+        PIECE(80, 2 * r, 2);
+        PIECE(82, 32 + 2 * r, 2);
+        for (int g = 0; g < 16; g++) PIECE(g, 64 + 16 * g + r, 1);
+        for (int n = 0; n < 2; n++)
+            for (int k = 0; k < 8; k++) PIECE(16 + 32 * n + 4 * k, 320 + 64 * (8 * n + k) + 4 * r, 4);
+        return m;
+    }
+    for (int n = 0; n < 2; n++) /* Q6_K: ql[128], qh[64], scales[16], d */
+        for (int k = 0; k < 8; k++)
+            for (int p = 0; p < 3; p++) /* ql low half, ql high half, qh */
+                PIECE((p == 2 ? 128 + 32 * n : 64 * n + 32 * p) + 4 * k, 288 + 192 * (8 * n + k) + 64 * p + 4 * r, 4);
+    for (int g = 0; g < 16; g++) PIECE(192 + g, 32 + 16 * g + r, 1);
+    PIECE(208, 2 * r, 2);
+#undef PIECE
+    return m;
+}
+
+/* Moves row R's block of Q6_K, IQ4_XS, Q2_K or Q3_K between the file layout and a
+ * group block: FROM is the group block when UNPACK, else the file block;
+ * TO the other. */
+static void move_256(ggml_type t, int r, const uint8_t *from, uint8_t *to, int unpack) {
+    size_t f[65], x[65], len[65];
+    int m = pieces_256(t, r, f, x, len);
     for (int i = 0; i < m; i++) memcpy(to + (unpack ? f[i] : x[i]), from + (unpack ? x[i] : f[i]), len[i]);
 }
 
@@ -123,10 +166,10 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
             if (rp32_type(t))
                 pack_rp32(t, blk, r, o);
-            else if (t == GGML_TYPE_Q6_K)
-                move_q6k(r, blk, o, 0);
-            else
+            else if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
                 pack_kq(t, blk, r, o);
+            else
+                move_256(t, r, blk, o, 0);
         }
     }
 }
@@ -152,8 +195,8 @@ static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
         unpack_rp32(t, o, r, blk);
         return;
     }
-    if (t == GGML_TYPE_Q6_K) {
-        move_q6k(r, o, blk, 1);
+    if (t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q5_K) {
+        move_256(t, r, o, blk, 1);
         return;
     }
     memcpy(blk, o + 2 * r, 2);

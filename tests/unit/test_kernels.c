@@ -194,7 +194,7 @@ static void test_quant_act(const isa *I) {
 
 static void test_quant_mm(const isa *I) {
     ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0,
-                         GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+                         GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K};
     static const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 13};
     for (int ti = 0; ti < (int)(sizeof types / sizeof *types); ti++) {
         ggml_type t = types[ti];
@@ -258,7 +258,7 @@ static void test_quant_mm(const isa *I) {
 static void test_row_mm(const isa *I) {
     static const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
                                       GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
-                                      GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS};
+                                      GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K};
     static const int tokens[] = {1, 2, 5, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         ggml_type t = types[ti];

@@ -427,6 +427,14 @@ static AI int32_t ld32(const int8_t *p) {
     return v;
 }
 
+/* Tokens t0..t0+TT-1 of A: their int8 values AQ and block scales AD. */
+static AI void tile_act(const act_q8 *a, int t0, int TT, const int8_t **aq, const float **ad) {
+    for (int j = 0; j < TT; j++) {
+        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
+        ad[j] = a->d + (size_t)(t0 + j) * a->nb;
+    }
+}
+
 /* The 16 rows' scales of block J of the IQ4_XS super-block at SB (x16
  * layout, repack.c): d (sc - 32), the 6-bit sc from scales_l and scales_h. */
 static AI T512 __m512 iq4xs_scale(const uint8_t *sb, int j) {
@@ -457,9 +465,8 @@ static AI T512 void q32_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
     const float *ad[8], *ads[8];
     const int32_t *am[8];
     __m512 accf[8];
+    tile_act(a, t0, TT, aq, ad);
     for (int j = 0; j < TT; j++) {
-        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
-        ad[j] = a->d + (size_t)(t0 + j) * nb;
         ads[j] = a->ds + (size_t)(t0 + j) * nb;
         am[j] = (T == GGML_TYPE_Q4_0 || T == GGML_TYPE_Q5_0 ? a->m8 : a->m128) + (size_t)(t0 + j) * nb;
         accf[j] = _mm512_setzero_ps();
@@ -538,9 +545,8 @@ static AI T512 void kq_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 
     const int8_t *aq[4];
     const float *ad[4], *ads[4];
     __m512 accf[4];
+    tile_act(a, t0, TT, aq, ad);
     for (int j = 0; j < TT; j++) {
-        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
-        ad[j] = a->d + (size_t)(t0 + j) * nb;
         ads[j] = a->ds + (size_t)(t0 + j) * nb;
         accf[j] = _mm512_setzero_ps();
     }
@@ -597,44 +603,39 @@ static AI T512 void kq_tile(ggml_type T, int TT, const uint8_t *g, const act_q8 
     for (int j = 0; j < TT; j++) _mm512_storeu_ps(out + (size_t)(t0 + j) * ldo, accf[j]);
 }
 
-#define RP_DRIVER(NAME, TILE_CALL, TMAX)                                                                  \
+/* NAME: the repacked kernel of type TYPE through TILE(TYPE, TT, ...), in
+ * tiles of TMAX tokens, then one tile of what is left (TT a constant in
+ * every call, so that each tile's loops unroll). */
+#define RP_TILE(TILE, TYPE, TMAX, TT) if ((TT) <= TMAX) TILE(TYPE, (TT) > TMAX ? TMAX : (TT), gp, a, t, og, ldo)
+#define RP_DRIVER(NAME, TILE, TYPE, TMAX)                                                                     \
     static T512 void NAME(const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out, int ldo) { \
-        for (int g = 0; g < ng; g++) {                                                                    \
-            const uint8_t *gp = w + (size_t)g * gbytes;                                                   \
-            float *og = out + (size_t)g * RP_ROWS;                                                        \
-            int t = 0;                                                                                    \
-            for (; t + TMAX <= n; t += TMAX) TILE_CALL(TMAX);                                             \
-            switch (n - t) {                                                                              \
-            case 7: TILE_CALL(7); break;                                                                  \
-            case 6: TILE_CALL(6); break;                                                                  \
-            case 5: TILE_CALL(5); break;                                                                  \
-            case 4: TILE_CALL(4); break;                                                                  \
-            case 3: TILE_CALL(3); break;                                                                  \
-            case 2: TILE_CALL(2); break;                                                                  \
-            case 1: TILE_CALL(1); break;                                                                  \
-            default: break;                                                                               \
-            }                                                                                             \
-        }                                                                                                 \
+        for (int g = 0; g < ng; g++) {                                                                        \
+            const uint8_t *gp = w + (size_t)g * gbytes;                                                       \
+            float *og = out + (size_t)g * RP_ROWS;                                                            \
+            int t = 0;                                                                                        \
+            for (; t + TMAX <= n; t += TMAX) RP_TILE(TILE, TYPE, TMAX, TMAX);                                 \
+            switch (n - t) {                                                                                  \
+            case 7: RP_TILE(TILE, TYPE, TMAX, 7); break;                                                      \
+            case 6: RP_TILE(TILE, TYPE, TMAX, 6); break;                                                      \
+            case 5: RP_TILE(TILE, TYPE, TMAX, 5); break;                                                      \
+            case 4: RP_TILE(TILE, TYPE, TMAX, 4); break;                                                      \
+            case 3: RP_TILE(TILE, TYPE, TMAX, 3); break;                                                      \
+            case 2: RP_TILE(TILE, TYPE, TMAX, 2); break;                                                      \
+            case 1: RP_TILE(TILE, TYPE, TMAX, 1); break;                                                      \
+            default: break;                                                                                   \
+            }                                                                                                 \
+        }                                                                                                     \
     }
 
-#define Q40_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define NL_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_IQ4_NL, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define XS_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_IQ4_XS, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q50_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q41_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q4_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q51_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q5_1, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q80_CALL(T) if ((T) <= 8) q32_tile(GGML_TYPE_Q8_0, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q4K_CALL(T) if ((T) <= 4) kq_tile(GGML_TYPE_Q4_K, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
-#define Q5K_CALL(T) if ((T) <= 4) kq_tile(GGML_TYPE_Q5_K, (T) > 4 ? 4 : (T), gp, a, t, og, ldo)
-RP_DRIVER(mm_q4_0, Q40_CALL, 8)
-RP_DRIVER(mm_iq4_nl, NL_CALL, 8)
-RP_DRIVER(mm_iq4_xs, XS_CALL, 8)
-RP_DRIVER(mm_q5_0, Q50_CALL, 8)
-RP_DRIVER(mm_q4_1, Q41_CALL, 8)
-RP_DRIVER(mm_q5_1, Q51_CALL, 8)
-RP_DRIVER(mm_q8_0, Q80_CALL, 8)
-RP_DRIVER(mm_q4_k, Q4K_CALL, 4)
-RP_DRIVER(mm_q5_k, Q5K_CALL, 4)
+RP_DRIVER(mm_q4_0, q32_tile, GGML_TYPE_Q4_0, 8)
+RP_DRIVER(mm_iq4_nl, q32_tile, GGML_TYPE_IQ4_NL, 8)
+RP_DRIVER(mm_iq4_xs, q32_tile, GGML_TYPE_IQ4_XS, 8)
+RP_DRIVER(mm_q5_0, q32_tile, GGML_TYPE_Q5_0, 8)
+RP_DRIVER(mm_q4_1, q32_tile, GGML_TYPE_Q4_1, 8)
+RP_DRIVER(mm_q5_1, q32_tile, GGML_TYPE_Q5_1, 8)
+RP_DRIVER(mm_q8_0, q32_tile, GGML_TYPE_Q8_0, 8)
+RP_DRIVER(mm_q4_k, kq_tile, GGML_TYPE_Q4_K, 4)
+RP_DRIVER(mm_q5_k, kq_tile, GGML_TYPE_Q5_K, 4)
 
 /* Q6_K, Q3_K or Q2_K in the x16 layout (repack.c), TT tokens from T0: per 128
  * values (n) and block of 32 (j), per 16 (h), 4 steps of 4 values a row
@@ -731,9 +732,8 @@ static AI T512 void k16_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
     const int8_t *aq[8];
     const float *ad[8], *a16[8];
     __m512 accf[8];
+    tile_act(a, t0, TT, aq, ad);
     for (int j = 0; j < TT; j++) {
-        aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
-        ad[j] = a->d + (size_t)(t0 + j) * nb;
         a16[j] = a->ds16 + (size_t)(t0 + j) * nb * 2;
         accf[j] = _mm512_setzero_ps();
     }
@@ -768,12 +768,9 @@ static AI T512 void k16_tile(ggml_type T, int TT, const uint8_t *g, const act_q8
     }
     for (int t = 0; t < TT; t++) _mm512_storeu_ps(out + (size_t)(t0 + t) * ldo, accf[t]);
 }
-#define Q6K_CALL(T) if ((T) <= 8) k16_tile(GGML_TYPE_Q6_K, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q2K_CALL(T) if ((T) <= 8) k16_tile(GGML_TYPE_Q2_K, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-#define Q3K_CALL(T) if ((T) <= 8) k16_tile(GGML_TYPE_Q3_K, (T) > 8 ? 8 : (T), gp, a, t, og, ldo)
-RP_DRIVER(mm_q6_k, Q6K_CALL, 8)
-RP_DRIVER(mm_q2_k, Q2K_CALL, 8)
-RP_DRIVER(mm_q3_k, Q3K_CALL, 8)
+RP_DRIVER(mm_q6_k, k16_tile, GGML_TYPE_Q6_K, 8)
+RP_DRIVER(mm_q2_k, k16_tile, GGML_TYPE_Q2_K, 8)
+RP_DRIVER(mm_q3_k, k16_tile, GGML_TYPE_Q3_K, 8)
 
 /* Q6_K rows in the file layout: per super-block the 6-bit values are
  * rebuilt in order, 64 at a time (low nibbles from ql, 2 high bits from

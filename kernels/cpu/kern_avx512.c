@@ -644,8 +644,8 @@ RP_DRIVER(mm_q5_k, kq_tile, GGML_TYPE_Q5_K, 4)
  * 128), per block into float with the activation's scale; times d once
  * per super-block; the rest through the activation's sums per 16 (ds16):
  * the offsets of Q6_K (- 32 d sc_g S_g) and Q3_K (- 4 d sc_g S_g), Q2_K's
- * mins (- dmin m_g S_g). A
- * token's operations do not depend on TT (the exact tile's rule). */
+ * mins (- dmin m_g S_g). A token's operations do not depend on TT (the
+ * exact tile's rule). */
 static AI int k16_sbb(ggml_type T) { return RP_ROWS * (T == GGML_TYPE_Q6_K ? 210 : T == GGML_TYPE_Q3_K ? 110 : 84); }
 /* The 64 values (16 rows x 4) of block J at step K of half N of
  * super-block O, unsigned. Q6_K: the nibbles of ql part J & 1 (low for
@@ -718,10 +718,9 @@ static AI T512 void k16_steps_all(ggml_type T, int TT, const uint8_t *o, const _
                 for (int t = 0; t < TT; t++)
                     p[t][j] = _mm512_dpbusd_epi32(p[t][j], v, _mm512_set1_epi32(ld32(aq[t] + 256 * sb + 128 * n + 32 * j + 4 * k)));
             }
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < 4; j++)
             for (int t = 0; t < TT; t++)
                 s[t][j] = _mm512_add_epi32(s[t][j], _mm512_mullo_epi32(p[t][j], scv[8 * n + 2 * j + h]));
-        }
     }
 }
 

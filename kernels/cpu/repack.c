@@ -87,30 +87,50 @@ static void unpack_rp32(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
     if (rp32_has_bits(t)) memcpy(qs - 4, &qh, 4);
 }
 
-/* Row R's Q4_K/Q5_K file block BLK (d, dmin, scales[12], Q5_K's qh[32],
- * qs[128]) into group block O. */
-static void pack_kq(ggml_type t, const uint8_t *blk, int r, uint8_t *o) {
-    memcpy(o + 2 * r, blk, 2);
-    memcpy(o + 32 + 2 * r, blk + 2, 2);
+/* Row R's Q4_K/Q5_K scales and mins (the file block BLK's 12-byte packing)
+ * into group block O (the bytes around them move as pieces). */
+static void pack_kq_scales(const uint8_t *blk, int r, uint8_t *o) {
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; j++) q4k_scale_min(blk + 4, j, &sc[j], &m[j]);
     for (int j = 0; j < 8; j++) o[64 + j * 16 + r] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
     for (int p = 0; p < 4; p++)
         o[192 + p * 16 + r] =
             (uint8_t)((sc[2 * p] >> 4) | (m[2 * p] >> 4) << 2 | (sc[2 * p + 1] >> 4) << 4 | (m[2 * p + 1] >> 4) << 6);
-    const int q5 = t == GGML_TYPE_Q5_K;
-    const uint8_t *qs = blk + (q5 ? 48 : 16);
-    for (int k = 0; k < 8 && q5; k++) memcpy(o + 256 + (size_t)k * 64 + r * 4, blk + 16 + 4 * k, 4);
-    for (int c = 0; c < 4; c++)
-        for (int k = 0; k < 8; k++) memcpy(o + (q5 ? 768 : 256) + (size_t)(c * 8 + k) * 64 + r * 4, qs + 32 * c + 4 * k, 4);
 }
 
-/* The pieces of row R's file block of Q6_K, IQ4_XS, Q2_K or Q3_K and where they go in
- * a group block (above): F[i] (file offset), X[i] (group offset), LEN[i];
- * returns their count (at most 65). */
+/* The same back: row R's scales and mins of group block O into the file
+ * block BLK's 12-byte packing. */
+static void unpack_kq_scales(const uint8_t *o, int r, uint8_t *blk) {
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        uint8_t lo = o[64 + j * 16 + r], hi = (uint8_t)(o[192 + (j / 2) * 16 + r] >> (4 * (j & 1)));
+        sc[j] = (uint8_t)((lo & 15) | (hi & 3) << 4);
+        m[j] = (uint8_t)((lo >> 4) | ((hi >> 2) & 3) << 4);
+    }
+    uint8_t *s = blk + 4;
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+}
+
+/* The pieces of row R's file block of a 256-value type that move unchanged
+ * and where they go in a group block (above): F[i] (file offset), X[i]
+ * (group offset), LEN[i]; returns their count (at most 65). Q4_K/Q5_K's
+ * scales and mins are recoded instead (pack_kq_scales). */
 static int pieces_256(ggml_type t, int r, size_t *f, size_t *x, size_t *len) {
     int m = 0;
 #define PIECE(F, X, L) (f[m] = (size_t)(F), x[m] = (size_t)(X), len[m++] = (L))
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) { /* d, dmin, scales[12], Q5_K's qh[32], qs[128] */
+        const int q5 = t == GGML_TYPE_Q5_K;
+        PIECE(0, 2 * r, 2);
+        PIECE(2, 32 + 2 * r, 2);
+        for (int k = 0; k < 8 && q5; k++) PIECE(16 + 4 * k, 256 + 64 * k + 4 * r, 4);
+        for (int c = 0; c < 4; c++)
+            for (int k = 0; k < 8; k++) PIECE((q5 ? 48 : 16) + 32 * c + 4 * k, (q5 ? 768 : 256) + 64 * (8 * c + k) + 4 * r, 4);
+        return m;
+    }
     if (t == GGML_TYPE_IQ4_XS) { /* d, scales_h, scales_l[4], qs[128] */
         PIECE(0, 2 * r, 2);
         PIECE(2, 96 + 2 * r, 2);
@@ -145,7 +165,7 @@ static int pieces_256(ggml_type t, int r, size_t *f, size_t *x, size_t *len) {
     return m;
 }
 
-/* Moves row R's block of Q6_K, IQ4_XS, Q2_K or Q3_K between the file layout and a
+/* Moves row R's block of a 256-value type between the file layout and a
  * group block: FROM is the group block when UNPACK, else the file block;
  * TO the other. */
 static void move_256(ggml_type t, int r, const uint8_t *from, uint8_t *to, int unpack) {
@@ -164,12 +184,12 @@ static void pack_group(ggml_type t, const uint8_t *src, size_t row_bytes, int nb
         if (rp32_has_bits(t)) memset(o + rp32_mask_off(t), 0, 64);
         for (int r = 0; r < RP_ROWS; r++) {
             const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * bb;
-            if (rp32_type(t))
+            if (rp32_type(t)) {
                 pack_rp32(t, blk, r, o);
-            else if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
-                pack_kq(t, blk, r, o);
-            else
-                move_256(t, r, blk, o, 0);
+                continue;
+            }
+            move_256(t, r, blk, o, 0);
+            if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) pack_kq_scales(blk, r, o);
         }
     }
 }
@@ -195,29 +215,8 @@ static void unpack_block(ggml_type t, const uint8_t *o, int r, uint8_t *blk) {
         unpack_rp32(t, o, r, blk);
         return;
     }
-    if (t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q5_K) {
-        move_256(t, r, o, blk, 1);
-        return;
-    }
-    memcpy(blk, o + 2 * r, 2);
-    memcpy(blk + 2, o + 32 + 2 * r, 2);
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; j++) {
-        uint8_t lo = o[64 + j * 16 + r], hi = (uint8_t)(o[192 + (j / 2) * 16 + r] >> (4 * (j & 1)));
-        sc[j] = (uint8_t)((lo & 15) | (hi & 3) << 4);
-        m[j] = (uint8_t)((lo >> 4) | ((hi >> 2) & 3) << 4);
-    }
-    uint8_t *s = blk + 4; /* the file's 12-byte packing */
-    for (int j = 0; j < 4; j++) {
-        s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-        s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
-        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
-    }
-    const int q5 = t == GGML_TYPE_Q5_K;
-    for (int k = 0; k < 8 && q5; k++) memcpy(blk + 16 + 4 * k, o + 256 + (size_t)k * 64 + r * 4, 4);
-    for (int c = 0; c < 4; c++)
-        for (int k = 0; k < 8; k++)
-            memcpy(blk + (q5 ? 48 : 16) + 32 * c + 4 * k, o + (q5 ? 768 : 256) + (size_t)(c * 8 + k) * 64 + r * 4, 4);
+    move_256(t, r, o, blk, 1);
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) unpack_kq_scales(o, r, blk);
 }
 
 void repack_dequant_row(ggml_type t, const void *data, int rows, int cols, int r, float *out) {

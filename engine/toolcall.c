@@ -259,6 +259,17 @@ static int step_whole(toolcall *t, int *progress) {
     return 0;
 }
 
+/* The length of the longest tail of the buffer that is a proper prefix of
+ * call_open (0 when the family has none): bytes that may still open a call. */
+static size_t open_prefix_tail(const toolcall *t) {
+    size_t n;
+    const char *open = trimmed(t->syn->call_open, &n);
+    size_t k = n ? n - 1 : 0;
+    for (k = k < t->len ? k : t->len; k > 0; k--)
+        if (!memcmp(t->buf + t->len - k, open, k)) return k;
+    return 0;
+}
+
 /* TEXT: hands on text up to a call's opening, or up to a tail that could
  * still become one. */
 static int step_text(toolcall *t, int *progress) {
@@ -284,10 +295,7 @@ static int step_text(toolcall *t, int *progress) {
         *progress = 1;
         return rc;
     }
-    size_t keep = 0; /* the longest tail that is a proper prefix of OPEN */
-    for (size_t k = n - 1 < t->len ? n - 1 : t->len; k > 0 && !keep; k--)
-        if (!memcmp(t->buf + t->len - k, open, k)) keep = k;
-    return text_until(t, t->len - keep, 0);
+    return text_until(t, t->len - open_prefix_tail(t), 0);
 }
 
 static int step(toolcall *t, int *progress) {
@@ -320,9 +328,11 @@ int toolcall_push(toolcall *t, const char *bytes, size_t n) {
 int toolcall_finish(toolcall *t) {
     int rc = 0;
     switch (t->state) {
-    case TC_TEXT: /* an answer without calls keeps its text whole */
+    case TC_TEXT: /* an answer without calls keeps its text whole; after a
+                   * call, a held opening cut off by the end is a call that
+                   * never got its name: nothing to hand on */
         if (!t->n_calls) rc = put_text(t, t->buf, t->len);
-        else rc = text_until(t, t->len, 1);
+        else rc = text_until(t, t->len - open_prefix_tail(t), 1);
         break;
     case TC_INPUT:
     case TC_TAIL: /* cut off: the call ends with the input it has */

@@ -93,6 +93,10 @@ int main(void) {
     expect_split("multi-byte input characters stay whole", h,
                  "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"c\": \"\xC3\xA9t\xC3\xA9 \xE2\x82\xAC\"}}\n</tool_call>",
                  "S:f|I:{\"c\": \"\xC3\xA9t\xC3\xA9 \xE2\x82\xAC\"}|E|");
+    expect_split("a next call cut off inside its opening gives nothing", h,
+                 "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n<tool_", "S:f|I:{}|E|");
+    expect_split("text after a call ending in part of an opening keeps the text", h,
+                 "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> Done <tool", "S:f|I:{}|E|T:Done|");
     expect_split("text after a call", h, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n\nDone.  ",
                  "S:f|I:{}|E|T:Done.|");
     expect_split("llama3: a JSON object opening the answer is a call", l3,

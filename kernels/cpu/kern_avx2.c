@@ -294,113 +294,133 @@ static AI T256 __m256 iq4xs_scale(const uint8_t *sb, int h, int j) {
 }
 
 /* A type of the rp32 layout (cpu_internal.h), or IQ4_XS (its blocks of 32
- * in the same chunks, their scales from the super-block), rows 8h..8h+7 of
- * a group, TT tokens. Q4_0, Q4_1, Q5_0, Q5_1: unsigned nibbles (the fifth
- * bits of Q5_0/Q5_1 from their masks, 32 bits a half-chunk, as 0x10
- * bytes), the offsets of Q4_0 (-8) and Q5_0 (-16) back out through m8, the
- * mins of Q4_1/Q5_1 through the activation's block sums (ds); IQ4_NL,
- * IQ4_XS and Q8_0 signed, through the sign trick. */
-static AI T256 void q32_tile(ggml_type T, int TT, const uint8_t *g, int h, const act_q8 *a, int t0, float *out, int ldo) {
+ * in the same chunks, their scales from the super-block), NH halves of a
+ * group from half H0 (rows 8h..8h+7 each), TT tokens (TT x NH <= 4). Q4_0,
+ * Q4_1, Q5_0, Q5_1: unsigned nibbles (the fifth bits of Q5_0/Q5_1 from
+ * their masks, 32 bits a half-chunk, as 0x10 bytes), the offsets of Q4_0
+ * (-8) and Q5_0 (-16) back out through m8, the mins of Q4_1/Q5_1 through
+ * the activation's block sums (ds); IQ4_NL, IQ4_XS and Q8_0 signed,
+ * through the sign trick. Both halves in one pass (one token) read each
+ * line of the group once, so that memory streams while the halves
+ * compute; a token's operations do not depend on TT or NH. */
+#ifndef Q32_PREFETCH
+#define Q32_PREFETCH 8192
+#endif
+static AI T256 void q32_tile(ggml_type T, int TT, int NH, const uint8_t *g, int h0, const act_q8 *a, int t0,
+                             float *out, int ldo) {
     const int nb = a->nb, XS = T == GGML_TYPE_IQ4_XS, NL = T == GGML_TYPE_IQ4_NL || XS, Q4 = T != GGML_TYPE_Q8_0 && !NL,
               HB = rp32_has_bits(T), MIN = rp32_has_min(T), ch = XS ? 128 : rp32_chunk_off(T), mo = rp32_mask_off(T);
-    const size_t bb = 16 * (size_t)(T == GGML_TYPE_Q8_0 ? 34 : 18 + 2 * MIN + 4 * HB);
+    const size_t bb = 16 * (size_t)(T == GGML_TYPE_Q8_0 ? 34 : 18 + 2 * MIN + 4 * HB), bpb = XS ? RP_ROWS * 136 / 8 : bb;
     const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80);
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
     const int8_t *aq[4];
     const float *ad[4], *ads[4];
     const int32_t *am[4];
-    __m256 accf[4];
+    __m256 accf[4][2];
     for (int j = 0; j < TT; j++) {
         aq[j] = a->qs + (size_t)(t0 + j) * a->cols;
         ad[j] = a->d + (size_t)(t0 + j) * nb;
         ads[j] = a->ds + (size_t)(t0 + j) * nb;
         am[j] = a->m8 + (size_t)(t0 + j) * nb;
-        accf[j] = _mm256_setzero_ps();
+        for (int v = 0; v < NH; v++) accf[j][v] = _mm256_setzero_ps();
     }
     for (int b = 0; b < nb; b++) {
         /* IQ4_XS: O such that block b's chunks are at O + ch (its super-block's d at SBP) */
         const uint8_t *sbp = g + (size_t)(b / 8) * RP_ROWS * 136;
         const uint8_t *o = XS ? sbp + 256 * (b % 8) : g + (size_t)b * bb;
-        /* two accumulators per token: shorter dependency chains */
-        __m256i acc[4], acc2[4];
-        for (int j = 0; j < TT; j++) {
-            acc[j] = T == GGML_TYPE_Q4_0 || T == GGML_TYPE_Q5_0
-                         ? _mm256_set1_epi32(T == GGML_TYPE_Q5_0 ? 2 * am[j][b] : am[j][b])
-                         : _mm256_setzero_si256();
-            acc2[j] = _mm256_setzero_si256();
-        }
-        if (Q4) {
-            for (int k = 0; k < 4; k++) {
-                __m256i L = _mm256_loadu_si256((const __m256i *)(o + ch + 64 * k + 32 * h));
-                __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
-                if (HB) { /* mask 2k, 2k+1: bit 4r+i is row r's byte i; this half's rows are bits 32h.. */
-                    lo = _mm256_or_si256(lo, rows_bits32(o + mo + 16 * k + 4 * h));
-                    hi = _mm256_or_si256(hi, rows_bits32(o + mo + 8 + 16 * k + 4 * h));
-                }
-                for (int j = 0; j < TT; j++) {
-                    __m256i alo = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k));
-                    __m256i ahi = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k));
-#if KERN_AVX2_VNNI
-                    acc[j] = KERN_DPBUSD(acc[j], lo, alo);
-                    acc2[j] = KERN_DPBUSD(acc2[j], hi, ahi);
-#else /* values 0-31: the two halves' int16 sums add without overflow, one madd */
-                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
-                    p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-                    if (k & 1)
-                        acc2[j] = _mm256_add_epi32(acc2[j], p);
-                    else
-                        acc[j] = _mm256_add_epi32(acc[j], p);
-#endif
-                }
-            }
-        } else if (NL) { /* table values, signed: the sign trick, one madd per half */
-            for (int k = 0; k < 4; k++) {
-                __m256i L = _mm256_loadu_si256((const __m256i *)(o + ch + 64 * k + 32 * h));
-                __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(L, m4));
-                __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(L, 4), m4));
-                __m256i ulo = _mm256_abs_epi8(lo), uhi = _mm256_abs_epi8(hi);
-                for (int j = 0; j < TT; j++) {
-                    __m256i alo = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), lo);
-                    __m256i ahi = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k)), hi);
-                    acc[j] = KERN_DPBUSD(acc[j], ulo, alo);
-                    acc2[j] = KERN_DPBUSD(acc2[j], uhi, ahi);
-                }
-            }
-        } else {
-            for (int k = 0; k < 8; k++) {
-                __m256i s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * h)), x80);
-                __m256i u = _mm256_sign_epi8(s, s);
-                for (int j = 0; j < TT; j++) {
-                    __m256i av = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), s);
-                    if (k & 1)
-                        acc2[j] = KERN_DPBUSD(acc2[j], u, av);
-                    else
-                        acc[j] = KERN_DPBUSD(acc[j], u, av);
-                }
-            }
-        }
-        for (int j = 0; j < TT; j++) acc[j] = _mm256_add_epi32(acc[j], acc2[j]);
-        __m256 ws = XS ? iq4xs_scale(sbp, h, b % 8) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+        if (h0 == 0) /* the group's bytes run in block order: Q32_PREFETCH bytes ahead */
+            for (size_t l = 0; l < bpb; l += 64)
+                _mm_prefetch((const char *)g + (size_t)b * bpb + Q32_PREFETCH + l, _MM_HINT_T0);
+        /* two accumulators per token and half: shorter dependency chains */
+        __m256i acc[4][2], acc2[4][2];
         for (int j = 0; j < TT; j++)
-            accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[j]), _mm256_mul_ps(ws, _mm256_set1_ps(ad[j][b])), accf[j]);
-        if (MIN) {
-            __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
-            for (int j = 0; j < TT; j++) accf[j] = _mm256_fmadd_ps(wm, _mm256_set1_ps(ads[j][b]), accf[j]);
+            for (int v = 0; v < NH; v++) {
+                acc[j][v] = T == GGML_TYPE_Q4_0 || T == GGML_TYPE_Q5_0
+                                ? _mm256_set1_epi32(T == GGML_TYPE_Q5_0 ? 2 * am[j][b] : am[j][b])
+                                : _mm256_setzero_si256();
+                acc2[j][v] = _mm256_setzero_si256();
+            }
+        if (Q4) {
+            for (int k = 0; k < 4; k++)
+                for (int v = 0; v < NH; v++) {
+                    const int h = h0 + v;
+                    __m256i L = _mm256_loadu_si256((const __m256i *)(o + ch + 64 * k + 32 * h));
+                    __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                    if (HB) { /* mask 2k, 2k+1: bit 4r+i is row r's byte i; this half's rows are bits 32h.. */
+                        lo = _mm256_or_si256(lo, rows_bits32(o + mo + 16 * k + 4 * h));
+                        hi = _mm256_or_si256(hi, rows_bits32(o + mo + 8 + 16 * k + 4 * h));
+                    }
+                    for (int j = 0; j < TT; j++) {
+                        __m256i alo = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k));
+                        __m256i ahi = _mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k));
+#if KERN_AVX2_VNNI
+                        acc[j][v] = KERN_DPBUSD(acc[j][v], lo, alo);
+                        acc2[j][v] = KERN_DPBUSD(acc2[j][v], hi, ahi);
+#else /* values 0-31: the two halves' int16 sums add without overflow, one madd */
+                        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
+                        p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+                        if (k & 1)
+                            acc2[j][v] = _mm256_add_epi32(acc2[j][v], p);
+                        else
+                            acc[j][v] = _mm256_add_epi32(acc[j][v], p);
+#endif
+                    }
+                }
+        } else if (NL) { /* table values, signed: the sign trick, one madd per half */
+            for (int k = 0; k < 4; k++)
+                for (int v = 0; v < NH; v++) {
+                    __m256i L = _mm256_loadu_si256((const __m256i *)(o + ch + 64 * k + 32 * (h0 + v)));
+                    __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(L, m4));
+                    __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(L, 4), m4));
+                    __m256i ulo = _mm256_abs_epi8(lo), uhi = _mm256_abs_epi8(hi);
+                    for (int j = 0; j < TT; j++) {
+                        __m256i alo = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), lo);
+                        __m256i ahi = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 16 + 4 * k)), hi);
+                        acc[j][v] = KERN_DPBUSD(acc[j][v], ulo, alo);
+                        acc2[j][v] = KERN_DPBUSD(acc2[j][v], uhi, ahi);
+                    }
+                }
+        } else {
+            for (int k = 0; k < 8; k++)
+                for (int v = 0; v < NH; v++) {
+                    __m256i s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(o + 32 + 64 * k + 32 * (h0 + v))), x80);
+                    __m256i u = _mm256_sign_epi8(s, s);
+                    for (int j = 0; j < TT; j++) {
+                        __m256i av = _mm256_sign_epi8(_mm256_set1_epi32(ld32(aq[j] + 32 * b + 4 * k)), s);
+                        if (k & 1)
+                            acc2[j][v] = KERN_DPBUSD(acc2[j][v], u, av);
+                        else
+                            acc[j][v] = KERN_DPBUSD(acc[j][v], u, av);
+                    }
+                }
+        }
+        for (int v = 0; v < NH; v++) {
+            const int h = h0 + v;
+            __m256 ws = XS ? iq4xs_scale(sbp, h, b % 8) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16 * h)));
+            for (int j = 0; j < TT; j++)
+                accf[j][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc[j][v], acc2[j][v])),
+                                             _mm256_mul_ps(ws, _mm256_set1_ps(ad[j][b])), accf[j][v]);
+            if (MIN) {
+                __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h)));
+                for (int j = 0; j < TT; j++) accf[j][v] = _mm256_fmadd_ps(wm, _mm256_set1_ps(ads[j][b]), accf[j][v]);
+            }
         }
     }
-    for (int j = 0; j < TT; j++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * h, accf[j]);
+    for (int j = 0; j < TT; j++)
+        for (int v = 0; v < NH; v++) _mm256_storeu_ps(out + (size_t)(t0 + j) * ldo + 8 * (h0 + v), accf[j][v]);
 }
 
+/* Tiles of 4 tokens a half, then single tokens over both halves. */
 static AI T256 void mm_q32(ggml_type T, const uint8_t *w, size_t gbytes, int ng, const act_q8 *a, int n, float *out,
                            int ldo) {
-    for (int g = 0; g < ng; g++)
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *gp = w + (size_t)g * gbytes;
-            float *og = out + (size_t)g * RP_ROWS;
-            int t = 0;
-            for (; t + 4 <= n; t += 4) q32_tile(T, 4, gp, h, a, t, og, ldo);
-            for (; t < n; t++) q32_tile(T, 1, gp, h, a, t, og, ldo);
-        }
+    const int n4 = n / 4 * 4;
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *gp = w + (size_t)g * gbytes;
+        float *og = out + (size_t)g * RP_ROWS;
+        for (int h = 0; h < 2 && n4; h++)
+            for (int t = 0; t < n4; t += 4) q32_tile(T, 4, 1, gp, h, a, t, og, ldo);
+        for (int t = n4; t < n; t++) q32_tile(T, 1, 2, gp, 0, a, t, og, ldo);
+    }
 }
 /* Q4_K or Q5_K in the x16 layout (repack.c), NH halves of a group from
  * half H0 (rows 8h..8h+7 each), TT tokens (TT x NH <= 3): per 64 values

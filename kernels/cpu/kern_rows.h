@@ -259,7 +259,7 @@ static AI KT float rows_hsum(__m256 v) {
 
 #define ROWS_RMAX 2
 
-#define ROWS_PREFETCH 1024 /* bytes ahead in each row */
+#define ROWS_PREFETCH 4096 /* bytes ahead in each row (Q6_K from memory: 1024 16.0 GB/s, 4096 19.6) */
 #define ROWS_TMAX 4
 #define ROWS_XMAX 2 /* tokens of an exact tile (registers: two chains each) */
 

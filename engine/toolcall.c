@@ -264,8 +264,8 @@ static int step_whole(toolcall *t, int *progress) {
 static size_t open_prefix_tail(const toolcall *t) {
     size_t n;
     const char *open = trimmed(t->syn->call_open, &n);
-    size_t k = n ? n - 1 : 0;
-    for (k = k < t->len ? k : t->len; k > 0; k--)
+    if (!n) return 0;
+    for (size_t k = n - 1 < t->len ? n - 1 : t->len; k > 0; k--)
         if (!memcmp(t->buf + t->len - k, open, k)) return k;
     return 0;
 }

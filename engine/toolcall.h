@@ -13,8 +13,8 @@
  * at the end of an answer that made calls is dropped (an answer without
  * calls comes through byte for byte). Bytes that may start call_open are
  * held back until they are known not to; when an answer that made calls
- * ends on them (cut off inside the next call's opening), they are dropped. Input text is whole UTF-8
- * characters (invalid bytes become U+FFFD).
+ * ends on them (cut off inside the next call's opening), they are dropped.
+ * Input text is whole UTF-8 characters (invalid bytes become U+FFFD).
  */
 #ifndef ILPD_TOOLCALL_H
 #define ILPD_TOOLCALL_H

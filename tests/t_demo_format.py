@@ -26,43 +26,6 @@ except ImportError as e:  # make_data needs numpy
 DEMO = os.path.join(HERE, "..", "models", "ilpd-demo-Q8_0.gguf")
 ILPD = os.environ.get("ILPD", "./ilpd")
 check = Checks()
-TOOLS = {t["name"]: t for t in tasks_v2.TOOLS}
-
-
-def tool_choice(note, req):
-    if note == "You must call at least one function.":
-        return {"type": "any"}
-    if note == "Call at most one function.":
-        return {"type": "auto", "disable_parallel_tool_use": True}
-    if note.startswith("You must call the function "):
-        return {"type": "tool", "name": note[len("You must call the function "):-1]}
-    return {"type": "auto"}
-
-
-def request_of(ex):
-    """The Messages request that example EX (tasks_v2) stands for."""
-    r = ex.get("request")
-    body = {"model": "ilpd-demo", "messages": []}
-    if r is None:  # a multi-turn conversation without tools
-        body["system"] = ex["system"]
-        for u, a in ex.get("history", ()):
-            body["messages"] += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
-        body["messages"].append({"role": "user", "content": ex["user"]})
-        return body
-    if r["system"]:
-        body["system"] = r["system"]
-    body["tools"] = [{"name": n, "description": TOOLS[n]["description"], "input_schema": TOOLS[n]["parameters"]}
-                     for n in r["tools"]]
-    body["tool_choice"] = tool_choice(r["note"], r)
-    if "call" in r:
-        body["messages"] = [
-            {"role": "user", "content": ex["history"][0][0]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": r["call"]["name"],
-                                               "input": r["call"]["input"]}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": r["result"]}]}]
-    else:
-        body["messages"] = [{"role": "user", "content": ex["user"]}]
-    return body
 
 
 def engine_count(text):
@@ -84,7 +47,7 @@ def main():
     s = Server("-c", "4096", model=DEMO)
     try:
         for i, ex in enumerate(exs):
-            st, _, o = s.json("POST", "/v1/messages/count_tokens", request_of(ex))
+            st, _, o = s.json("POST", "/v1/messages/count_tokens", tasks_v2.messages_request(ex))
             got = o.get("input_tokens") if st == 200 else (st, o)
             want = engine_count(render_history(ex["system"], ex.get("history", ()), ex["user"]))
             kind = "tools" if "request" in ex else "multi-turn"

@@ -16,10 +16,18 @@ tools (v2): a call parses as <tool_call>\n{"name", "arguments"}\n</tool_call>;
   argument accuracy (the call's arguments equal the reference's).
 schema (v2): valid JSON object, exact match of the object.
 Generation stops at <|im_end|> (max 64 new tokens for the task prompts).
---heldout and --tokenizer point at a v2 data run (gpu_v2.sh prepare) before
-its files are committed under models/.
+--heldout and --tokenizer point at a v2 data run (train_v2.sh prepare or cpu)
+before its files are committed under models/.
+
+--gguf MODEL asks a real `ilpd serve` of MODEL instead of PyTorch (far
+faster on a CPU): each example is sent as the Messages request it stands for
+(tasks_v2.messages_request; a tool_use block is read back as its <tool_call>
+text) at temperature 0 with x-layer-mode --mode, and the layer status and
+draft counts the server reports are summed. Story NLL needs PyTorch and is
+left out then (`ilpd eval --ppl-text` measures perplexity).
 """
 import argparse
+import collections
 import json
 import os
 import sys
@@ -33,6 +41,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 from chat import Tokenizer, render  # noqa: E402
 from gen import greedy_cached as greedy, load_model  # noqa: E402
+from tasks_v2 import messages_request, tool_call_text  # noqa: E402
 
 CATS = {"shipping", "returns", "product", "payment"}
 
@@ -48,7 +57,34 @@ def load(task, n):
         return [json.loads(l) for l in f][:n]
 
 
+class Served:
+    """Answers from `ilpd serve` of a GGUF file (greedy, the server's own
+    chat template and tool parsing); .stats sums what its headers report."""
+
+    def __init__(self, gguf, mode, probe):
+        sys.path.insert(0, os.path.join(REPO, "tests", "server"))
+        from ilpd_server import Server
+        self.mode = mode
+        self.stats = collections.Counter()
+        self.s = Server("-c", "2048", "-t", "2", *(["--probe", probe] if probe else []), model=gguf)
+
+    def answer(self, ex, max_new):
+        body = dict(messages_request(ex), max_tokens=max_new, temperature=0)
+        st, h, o = self.s.json("POST", "/v1/messages", body, {"x-layer-mode": self.mode})
+        if st != 200:
+            return f"<HTTP {st}: {o}>"
+        self.stats["status:" + h.get("x-layer-status", "?")] += 1
+        acc, _, drafted = h.get("x-layer-draft", "0/0").partition("/")
+        self.stats["accepted"] += int(acc or 0)
+        self.stats["drafted"] += int(drafted or 0)
+        self.stats["output_tokens"] += o["usage"]["output_tokens"]
+        return "".join(b["text"] if b["type"] == "text" else tool_call_text(b["name"], b["input"])
+                       for b in o["content"] if b["type"] in ("text", "tool_use"))
+
+
 def gen_answer(model, tok, ex, max_new=64):
+    if isinstance(model, Served):
+        return model.answer(ex, max_new)
     out, _ = greedy(model, tok.prompt_ids(ex["system"], ex["user"], ex.get("history", ())), max_new,
                     stop_id=tok.im_end)
     if out and out[-1] == tok.im_end:
@@ -131,13 +167,34 @@ def main():
     ap.add_argument("--n", type=int, default=100, help="held-out examples per task")
     ap.add_argument("--json", default=None)
     ap.add_argument("--show", type=int, default=3)
+    ap.add_argument("--gguf", default=None, help="ask `ilpd serve` of this file instead of PyTorch")
+    ap.add_argument("--mode", default="off", help="with --gguf: x-layer-mode (off, approximate, lossless)")
+    ap.add_argument("--probe", default=None, help="with --gguf: the probe file")
     a = ap.parse_args()
     torch.set_num_threads(2)
     HELDOUT = a.heldout
     tok = Tokenizer(a.tokenizer)
-    model, ck, path = load_model(a.ckpt, a.ckpt_dir)
     t0 = time.time()
-    res = {"checkpoint": path, "step": ck["state"]["step"], "tokens": ck["state"]["tokens"]}
+    if a.gguf:
+        model = Served(a.gguf, a.mode, a.probe)
+        res = {"gguf": a.gguf, "mode": a.mode}
+    else:
+        model, ck, path = load_model(a.ckpt, a.ckpt_dir)
+        res = {"checkpoint": path, "step": ck["state"]["step"], "tokens": ck["state"]["tokens"]}
+    try:
+        evaluate(model, tok, a, res)
+    finally:
+        if a.gguf:
+            model.s.stop()
+    res["seconds"] = round(time.time() - t0, 1)
+    print(json.dumps(res, indent=1))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+def evaluate(model, tok, a, res):
+    """Fills RES with every task's metrics."""
 
     exs = load("classify", a.n)
     valid = acc = exact = 0
@@ -187,17 +244,16 @@ def main():
             res[task] = fn(model, tok, exs, a.show)
 
     exs = load("story", min(a.n, 40))
-    res["story"] = {"n": len(exs), "answer_nll": story_nll(model, tok, exs)}
     ex = exs[0]
+    res["story"] = {"n": len(exs), "sample_prompt": ex["user"]}
+    if isinstance(model, Served):
+        res["story"]["sample"] = model.answer(ex, 200)
+        res["served"] = dict(model.stats)
+        return
+    res["story"]["answer_nll"] = story_nll(model, tok, exs)
     out, _ = greedy(model, tok.prompt_ids(ex["system"], ex["user"]), 200, stop_id=tok.im_end)
-    res["story"]["sample_prompt"] = ex["user"]
     res["story"]["sample"] = tok.decode([i for i in out if i != tok.im_end])
     res["story"]["sample_ended_with_im_end"] = bool(out and out[-1] == tok.im_end)
-    res["seconds"] = round(time.time() - t0, 1)
-    print(json.dumps(res, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":

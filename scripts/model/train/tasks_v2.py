@@ -351,6 +351,46 @@ def tool_call_text(name, args):
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
 
 
+def _tool_choice(note):
+    """The Messages tool_choice that tools_system's NOTE renders."""
+    if note == "You must call at least one function.":
+        return {"type": "any"}
+    if note == "Call at most one function.":
+        return {"type": "auto", "disable_parallel_tool_use": True}
+    if note.startswith("You must call the function "):
+        return {"type": "tool", "name": note[len("You must call the function "):-1]}
+    return {"type": "auto"}
+
+
+def messages_request(ex):
+    """The Anthropic Messages request body that example EX stands for (its
+    prompt as the server renders it; no max_tokens)."""
+    r = ex.get("request")
+    body = {"model": "ilpd-demo", "messages": []}
+    if r is None:  # a plain or multi-turn conversation without tools
+        if ex.get("system"):
+            body["system"] = ex["system"]
+        for u, a in ex.get("history", ()):
+            body["messages"] += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+        body["messages"].append({"role": "user", "content": ex["user"]})
+        return body
+    by_name = {t["name"]: t for t in TOOLS}
+    if r["system"]:
+        body["system"] = r["system"]
+    body["tools"] = [{"name": n, "description": by_name[n]["description"], "input_schema": by_name[n]["parameters"]}
+                     for n in r["tools"]]
+    body["tool_choice"] = _tool_choice(r["note"])
+    if "call" in r:
+        body["messages"] = [
+            {"role": "user", "content": ex["history"][0][0]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": r["call"]["name"],
+                                               "input": r["call"]["input"]}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": r["result"]}]}]
+    else:
+        body["messages"] = [{"role": "user", "content": ex["user"]}]
+    return body
+
+
 TOOL_RESULT = {
     "get_weather": ("{{\"temperature\": {t}, \"conditions\": \"{c}\"}}", "It is {t} degrees and {c} in {city}."),
     "get_order_status": ("{{\"status\": \"{c}\"}}", "Order {order_number} is {c}."),

@@ -20,7 +20,9 @@ shape comes from the checkpoint; the budgets and LR come from the command line).
 GGUF by ckpt_from_gguf.py): the weights and step/token counts come from CKPT,
 M minutes count as already spent, the data position continues at the token
 count, the optimizer starts fresh and the LR schedule restarts (warmup, then
-cosine) over what is left of --max-tokens / --max-minutes.
+cosine) over what is left of --max-tokens / --max-minutes. A --seq longer
+than CKPT's context extends it (RoPE tables are not weights): this is how the
+CPU recipe trains mostly at 512 and ends at 2,048.
 Log: <ckpt-dir>/loss.csv (step, tokens, train_seconds, lr, train_loss,
 heldout_loss, tok_per_s).
 
@@ -199,6 +201,7 @@ def main():
     elif a.init_from:
         ck = torch.load(a.init_from, map_location="cpu")
         cfg = Config(**ck["config"])
+        cfg.max_seq_len = max(cfg.max_seq_len, a.seq)  # a context-extension phase
         model = Llama(cfg)
         model.load_state_dict(ck["model"])
         tokens = int(ck["state"]["tokens"])

@@ -1,0 +1,85 @@
+#!/bin/sh
+# Demo model v2 (issue 22): the data, then training on a GPU or on this CPU.
+#
+#   sh scripts/model/train/train_v2.sh prepare        # here: data, tokenizer, xz'd token stream
+#   (device) sh scripts/model/train/train_v2.sh gpu   # there: train, write the weights to $OUT
+#   sh scripts/model/train/train_v2.sh finish DIR     # here: DIR = the run's files_at
+#   sh scripts/model/train/train_v2.sh cpu            # or: train here, on 2 cores, in two phases
+#
+# GPU: the machine has PyTorch but no SentencePiece and no package access, and
+# at most 64 MiB travels each way (16 MiB a file back), so the token stream is
+# made here and travels xz-compressed in .gpu-train/ (git-ignored, named in the
+# run's carry), and the weights come back as 15 MiB parts of a model-only
+# checkpoint. The GPU recipe is 24 x 192 on 100 M tokens at a 2,048 context.
+#
+# CPU: 16 x 128 (the v1 shape), phase A at a 512 context for CPU_MINUTES_A
+# (about 4,000 tok/s on 2 cores), then phase B extends the context to 2,048
+# for CPU_MINUTES_B (attention over 2,048 positions makes it about 5x slower
+# a token). Both phases use the LayerSkip recipe. Checkpoints go to $V2CPU/a
+# and $V2CPU/b; re-running `cpu` resumes a phase that was cut off.
+# TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
+# gives the runs.
+set -eu
+REPO=$(cd "$(dirname "$0")/../../.." && pwd)
+T=$REPO/scripts/model/train
+G=$REPO/.gpu-train
+PY=${PYTHON:-python3}
+RECIPE="--layer-dropout 0.2 --early-exit 0.3 --exit-from 4"
+SHAPE="--layers 24 --dim 192 --heads 6 --kv-heads 2 --ffn 512 --seq 2048"
+TRAIN_ARGS=${TRAIN_ARGS:-"$SHAPE $RECIPE --exit-rotation 4 --batch 64 --micro 16 --lr 2e-3 --min-lr 2e-4 --max-tokens 100e6 --max-minutes 7 --threads 16 --seed 0"}
+V2CPU=${V2CPU:-/work/ilpd-train-v2cpu}
+CPU_ARGS=${CPU_ARGS:-"--device cpu --threads 2 --seed 0 --eval-every 100 $RECIPE --exit-rotation 8"}
+
+case "${1:-}" in
+prepare)
+    mkdir -p "$G/data" "$G/models/heldout"
+    grep -qx '/.gpu-train/' "$REPO/.git/info/exclude" 2>/dev/null || echo /.gpu-train/ >> "$REPO/.git/info/exclude"
+    /usr/bin/python3 "$T/make_data.py" --recipe v2 --vocab 4096 --task-frac 0.7 --epochs ${EPOCHS:-52} \
+        --out "$G/data" --models "$G/models"
+    xz -T2 -6 -f "$G/data/train.bin"
+    du -sh "$G"
+    ;;
+gpu)
+    [ -n "${OUT:-}" ] || { echo "train_v2.sh gpu: \$OUT is not set (run it through the device tool)" >&2; exit 2; }
+    PYTHONUNBUFFERED=1 $PY "$T/train.py" --ckpt-dir /tmp/v2ck --data-dir "$G/data" --device cuda \
+        --vocab "$($PY -c "import json;print(json.load(open('$G/data/meta.json'))['vocab'])")" $TRAIN_ARGS \
+        | tee "$OUT/train.log"
+    cp /tmp/v2ck/loss.csv "$OUT/"
+    $PY - <<PYEOF
+import glob, torch
+ck = torch.load(sorted(glob.glob("/tmp/v2ck/ckpt_*.pt"))[-1], map_location="cpu")
+ck.pop("opt")
+torch.save(ck, "/tmp/v2ck/final.pt")
+PYEOF
+    split -b 15M -d /tmp/v2ck/final.pt "$OUT/final.pt.part-"
+    ;;
+finish)
+    D=${2:?usage: train_v2.sh finish FILES_AT}
+    mkdir -p /work/ilpd-train-v2
+    cat "$D"/final.pt.part-* > /work/ilpd-train-v2/ckpt_final.pt
+    cp "$D/loss.csv" "$D/train.log" /work/ilpd-train-v2/
+    echo "checkpoint: /work/ilpd-train-v2/ckpt_final.pt (model only). Next:"
+    echo "  eval.py --ckpt /work/ilpd-train-v2/ckpt_final.pt --heldout $G/models/heldout --tokenizer $G/models/tokenizer.model"
+    echo "  to adopt it: copy $G/models/{tokenizer.model,tasks.json,heldout} into models/, then"
+    echo "  export.py --ckpt /work/ilpd-train-v2/ckpt_final.pt --check, golden.py, and recalibrate the probes"
+    ;;
+cpu)
+    [ -f "$V2CPU/data/train.bin" ] ||
+        /usr/bin/python3 "$T/make_data.py" --recipe v2 --vocab 4096 --task-frac 0.7 --epochs ${EPOCHS:-16} \
+            --out "$V2CPU/data" --models "$V2CPU/models"
+    mkdir -p "$V2CPU/a" "$V2CPU/b"
+    A="--data-dir $V2CPU/data --max-tokens 30e6 $CPU_ARGS"
+    /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/a" $A --layers 16 --dim 128 --heads 4 --kv-heads 2 \
+        --ffn 384 --seq 512 --batch 16 --micro 4 --lr 2e-3 --min-lr 2e-4 --max-minutes ${CPU_MINUTES_A:-85} \
+        >> "$V2CPU/a/train.log" 2>&1
+    last=$(ls "$V2CPU"/a/ckpt_*.pt | tail -1)
+    /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/b" $A --init-from "$last" --seq 2048 --batch 4 --micro 1 \
+        --lr 6e-4 --min-lr 1e-4 --eval-windows 8 --max-minutes ${CPU_MINUTES_B:-20} >> "$V2CPU/b/train.log" 2>&1
+    echo "checkpoint: $(ls "$V2CPU"/b/ckpt_*.pt | tail -1). Next: eval.py --ckpt it" \
+         "--heldout $V2CPU/models/heldout --tokenizer $V2CPU/models/tokenizer.model"
+    ;;
+*)
+    sed -n 2,21p "$0" >&2
+    exit 2
+    ;;
+esac

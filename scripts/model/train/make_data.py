@@ -497,6 +497,7 @@ def train_tokenizer(texts, model_prefix, vocab_size):
 # v2 task mix: relative shares of the task tokens (stories are the rest).
 V2_MIX = {"classify": 3, "extract": 3, "yesno": 2, "tools": 4, "schema": 2}
 V2_MULTI = 2
+V2_COPY = 3  # tasks_v2.gen_copy: training only
 
 
 def main():
@@ -551,6 +552,7 @@ def main():
     if args.recipe == "v2":
         gens = [(t, lambda r, t=t: tasks_v2.GENERATORS[t](r, "train"), w) for t, w in V2_MIX.items()]
         gens.append(("multi", lambda r: tasks_v2.multi_turn(r, "train", r.randint(2, 8)), V2_MULTI))
+        gens.append(("copy", lambda r: tasks_v2.gen_copy(r, "train"), V2_COPY))
     else:
         Pt = Pools(held=False)
         gens = [("classify", lambda r: gen_classify(r, Pt), 1), ("extract", lambda r: gen_extract(r, Pt), 1),

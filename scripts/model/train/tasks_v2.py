@@ -468,6 +468,60 @@ def gen_schema(rng, split):
     return {"task": "schema", "system": sysp, "user": user, "answer": json.dumps(vals), "meta": vals}
 
 
+# --------------------------------------------------------------------------
+# copy (training only, never held out or evaluated): repeat a string of
+# random codes, or pick the one value of a kind out of a few. Extraction,
+# tool arguments and schema values are copies of the prompt; a small model
+# trained on the tasks alone answers with typical values instead (v1 and the
+# first v2 runs: 0% exact extractions). Random strings cannot be memorised,
+# so these examples reward looking the value up in the prompt.
+# --------------------------------------------------------------------------
+SYS_COPY = ["Repeat the text exactly.", "You copy text exactly. Reply with the text only.",
+            "Return the requested value exactly as written.", "You are a helpful assistant."]
+COPY_ASK = ["Repeat: {s}", "Copy this exactly: {s}", "Say back: {s}", "Echo the following.\n\n{s}",
+            "{s}\n\nRepeat that."]
+FIND_ASK = ["Which {kind} is in this message? {msg}", "What is the {kind} here?\n\n{msg}",
+            "{msg}\n\nGive me the {kind} only."]
+COPY_WORDS = ["blue", "river", "seven", "apple", "north", "silver", "paper", "lamp", "stone", "quiet",
+              "orange", "window", "cloud", "garden", "rocket", "tiger", "pencil", "winter", "maple", "coffee"]
+
+
+def _code(rng):
+    L = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+    pre = "".join(rng.choice(L) for _ in range(rng.randint(1, 3)))
+    return f"{pre}-{rng.randint(10, 10 ** rng.randint(2, 7))}"
+
+
+def _email(rng):
+    name = "".join(rng.choice("abcdefghijklmnoprstuvwy") for _ in range(rng.randint(2, 7)))
+    dom = rng.choice(["example.com", "example.org", "mail.example", "shop.example", "corp.example"])
+    if rng.random() < 0.3:
+        name += f"{rng.choice(['', '.', '_'])}{rng.randint(1, 99)}"
+    return f"{name}@{dom}"
+
+
+COPY_KINDS = {"order number": lambda r: order_number2(r) if r.random() < 0.5 else _code(r),
+              "email address": _email,
+              "amount": lambda r: fmt_money2(r, money(r, 1, 5000)),
+              "date": lambda r: fmt_date2(r, *rand_date(r)),
+              "number": lambda r: str(r.randint(0, 10 ** r.randint(1, 8))),
+              "word": lambda r: r.choice(COPY_WORDS)}
+
+
+def gen_copy(rng, split):
+    kinds = list(COPY_KINDS)
+    if rng.random() < 0.5:
+        s = " ".join(COPY_KINDS[rng.choice(kinds)](rng) for _ in range(rng.randint(1, 6)))
+        return {"task": "copy", "system": rng.choice(SYS_COPY), "user": rng.choice(COPY_ASK).format(s=s),
+                "answer": s}
+    picked = rng.sample(kinds[:5], rng.randint(1, 3))
+    vals = {k: COPY_KINDS[k](rng) for k in picked}
+    msg = " ".join(f"The {k} is {v}." for k, v in rng.sample(list(vals.items()), len(vals)))
+    kind = rng.choice(picked)
+    return {"task": "copy", "system": rng.choice(SYS_COPY),
+            "user": rng.choice(FIND_ASK).format(kind=kind, msg=msg), "answer": vals[kind]}
+
+
 GENERATORS = {"classify": gen_classify, "extract": gen_extract, "yesno": gen_yesno,
               "tools": gen_tools, "schema": gen_schema}
 

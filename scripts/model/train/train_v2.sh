@@ -17,9 +17,9 @@
 # (about 4,000 tok/s on 2 cores), then phase B extends the context to 2,048
 # for CPU_MINUTES_B (attention over 2,048 positions makes it about 5x slower
 # a token). Both phases use the LayerSkip recipe. With FROM_V1=1 phase A
-# starts from the published model (its tokenizer and weights) rather than
-# from scratch: on two cores that is worth far more than the hours saved. Checkpoints go to $V2CPU/a
-# and $V2CPU/b; re-running `cpu` resumes a phase that was cut off.
+# starts from the published model (its tokenizer and weights) instead of
+# from scratch, which saves the hours v1 already trained. Checkpoints go to
+# $V2CPU/a and $V2CPU/b; re-running `cpu` resumes a phase that was cut off.
 # TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
 # gives the runs.
 set -eu

@@ -24,7 +24,7 @@ cosine) over what is left of --max-tokens / --max-minutes. A --seq longer
 than CKPT's context extends it (RoPE tables are not weights): this is how the
 CPU recipe trains mostly at 512 and ends at 2,048.
 Log: <ckpt-dir>/loss.csv (step, tokens, train_seconds, lr, train_loss,
-heldout_loss, tok_per_s).
+heldout_loss, tok_per_s, copy_acc: eval_copy's induction check).
 
 Skipping recipe (demo model v2; LayerSkip, Elhoushi et al. 2024):
   --layer-dropout P   layer i of L is dropped for a sequence with probability
@@ -37,6 +37,14 @@ Skipping recipe (demo model v2; LayerSkip, Elhoushi et al. 2024):
                       from --exit-from), so each costs one head a step.
   Both draw from generators seeded by (--seed, step): a run is deterministic
   per seed on one device kind (--device auto: CUDA when present).
+
+Copying (--induction F): a share F of the sequences is replaced by repeated
+spans (random tokens, or spans of the training stream, 4-48 tokens, each
+written twice in a row) with the loss on the second copies only. A small model
+trained on the task data alone never learns to copy (the "induction heads"
+of Olsson et al. 2022: a repeated random sequence is no easier the second
+time), so it answers with typical values instead of the ones in the prompt;
+these sequences teach the look-back-and-copy circuit directly.
 Data: train.bin, or train.bin.xz (decompressed into memory; this is how the
 token stream travels to a GPU machine that has no SentencePiece).
 """
@@ -91,6 +99,8 @@ def get_args():
     ap.add_argument("--early-exit", type=float, default=0.0, help="weight of the early-exit loss")
     ap.add_argument("--exit-rotation", type=int, default=4)
     ap.add_argument("--exit-from", type=int, default=1, help="first layer with an early exit")
+    ap.add_argument("--induction", type=float, default=0.0,
+                    help="share of sequences replaced by repeated spans (copy training)")
     return ap.parse_args()
 
 
@@ -129,13 +139,33 @@ def layer_keep(a, L, B, step, device):
     return (torch.rand(L, B, generator=g) >= p[:, None]).to(device)
 
 
-def skip_loss(model, xy, a, step, device):
+def repeat_sequence(data, n, vocab, rng):
+    """N + 1 tokens of spans each written twice ([A A B B ...]) and the
+    target mask [N] (False where the target is in a first copy)."""
+    xs, mask = [], []
+    while len(xs) < n + 1:
+        k = int(rng.integers(4, 49))
+        if rng.random() < 0.5:
+            span = rng.integers(261, vocab, k)  # past the 5 control and 256 byte tokens
+        else:
+            p = int(rng.integers(0, len(data) - k))
+            span = np.asarray(data[p:p + k], dtype=np.int64)
+        xs += list(span) * 2
+        mask += [False] * k + [True] * k
+    return np.asarray(xs[:n + 1], dtype=np.int64), np.asarray(mask[1:n + 1])
+
+
+def skip_loss(model, xy, a, step, device, tmask=None):
     """Cross-entropy of the full model on XY (with layer dropout when asked)
-    plus the weighted early-exit losses of this step's exits."""
+    plus the weighted early-exit losses of this step's exits; TMASK [B, T]
+    (optional) says which targets count."""
     L = model.c.n_layers
     keep = layer_keep(a, L, xy.shape[0], step, device)
     exits = [i for i in range(a.exit_from, L - 1) if (i + step) % a.exit_rotation == 0] if a.early_exit > 0 else []
-    y = xy[:, 1:].reshape(-1)
+    y = xy[:, 1:]
+    if tmask is not None:
+        y = y.masked_fill(~tmask, -100)
+    y = y.reshape(-1)
     if not exits:
         logits = model(xy[:, :-1], keep=keep)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y)
@@ -164,6 +194,22 @@ def eval_heldout(model, held, seq, nwin, device="cpu"):
         cnt += xy[:, 1:].numel()
     model.train()
     return tot / cnt
+
+
+@torch.no_grad()
+def eval_copy(model, device="cpu"):
+    """Induction check: top-1 accuracy on the second copy of 8 fixed random
+    sequences (40 tokens, fewer in a short context) written twice; about 0
+    until the model can copy."""
+    model.eval()
+    n = min(40, model.c.max_seq_len // 2)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(261, model.c.vocab_size, (8, n), generator=g)
+    xy = torch.cat([x, x], 1).to(device)
+    logits = model(xy[:, :-1])
+    acc = (logits[:, n:].argmax(-1) == xy[:, n + 1:]).float().mean().item()
+    model.train()
+    return acc
 
 
 # glibc returns large freed blocks to the OS and this VM makes first-touch page
@@ -242,7 +288,7 @@ def main():
     w = csv.writer(fcsv)
     if new_csv:
         w.writerow(["step", "tokens", "train_seconds", "lr", "train_loss", "heldout_loss",
-                    "tok_per_s"])
+                    "tok_per_s", "copy_acc"])
 
     seq, B, mb = a.seq, a.batch, a.micro
     assert B % mb == 0
@@ -266,17 +312,25 @@ def main():
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         tot_loss = 0.0
+        rng = np.random.default_rng([a.seed, state["step"]])
         for m0 in range(0, B, mb):
-            xs = []
+            xs, ms = [], []
             for _ in range(mb):
+                if a.induction > 0 and rng.random() < a.induction:
+                    x, m = repeat_sequence(data, seq, cfg.vocab_size, rng)
+                    xs.append(x)
+                    ms.append(m)
+                    continue
                 p = state["pos"]
                 if p + seq + 1 > len(data):
                     p = 0
                 xs.append(np.asarray(data[p:p + seq + 1], dtype=np.int64))
+                ms.append(np.ones(seq, dtype=bool))
                 state["pos"] = p + seq
             xy = torch.from_numpy(np.stack(xs)).to(device)
+            tmask = torch.from_numpy(np.stack(ms)).to(device) if a.induction > 0 else None
             with torch.autocast(device, dtype=torch.bfloat16):
-                loss = skip_loss(model, xy, a, state["step"] * (B // mb) + m0 // mb, device)
+                loss = skip_loss(model, xy, a, state["step"] * (B // mb) + m0 // mb, device, tmask)
             (loss * (mb / B)).backward()
             tot_loss += loss.item() * mb / B
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
@@ -291,13 +345,14 @@ def main():
         if state["step"] % a.eval_every == 0 or state["step"] == 1 or progress() >= 1.0:
             tps = win_tok / max(1e-9, time.time() - win_t)
             hl = eval_heldout(model, held, seq, a.eval_windows, device)
+            cp = eval_copy(model, device)
             tl = win_loss / win_n
             w.writerow([state["step"], state["tokens"], f"{state['train_seconds']:.1f}",
-                        f"{lr:.3e}", f"{tl:.4f}", f"{hl:.4f}", f"{tps:.0f}"])
+                        f"{lr:.3e}", f"{tl:.4f}", f"{hl:.4f}", f"{tps:.0f}", f"{cp:.3f}"])
             fcsv.flush()
             print(f"step {state['step']:5d} tok {state['tokens']/1e6:7.2f}M "
                   f"t {state['train_seconds']/60:6.1f}min lr {lr:.2e} train {tl:.4f} "
-                  f"heldout {hl:.4f} {tps:.0f} tok/s progress {progress():.3f}", flush=True)
+                  f"heldout {hl:.4f} copy {cp:.2f} {tps:.0f} tok/s progress {progress():.3f}", flush=True)
             win_t, win_tok, win_loss, win_n = time.time(), 0, 0.0, 0
         elif state["step"] % 10 == 0:
             print(f"step {state['step']:5d} loss {tot_loss:.4f} {step_tokens/dt:.0f} tok/s",

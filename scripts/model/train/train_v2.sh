@@ -11,7 +11,10 @@
 # at most 64 MiB travels each way (16 MiB a file back), so the token stream is
 # made here and travels xz-compressed in .gpu-train/ (git-ignored, named in the
 # run's carry), and the weights come back as 15 MiB parts of a model-only
-# checkpoint. The GPU recipe is 24 x 192 on 100 M tokens at a 2,048 context.
+# checkpoint. The GPU recipe is 24 x 192 on 100 M tokens at a 2,048 context,
+# a fifth of the sequences repeated spans (--induction 0.2: models/README.md,
+# "Copying needs induction heads"); train.log's "copy" column shows whether
+# the model learned to copy.
 #
 # CPU: 16 x 128 (the v1 shape), phase A at a 512 context for CPU_MINUTES_A
 # (about 4,000 tok/s on 2 cores), then phase B extends the context to 2,048
@@ -29,7 +32,7 @@ G=$REPO/.gpu-train
 PY=${PYTHON:-python3}
 RECIPE="--layer-dropout 0.2 --early-exit 0.3 --exit-from 4"
 SHAPE="--layers 24 --dim 192 --heads 6 --kv-heads 2 --ffn 512 --seq 2048"
-TRAIN_ARGS=${TRAIN_ARGS:-"$SHAPE $RECIPE --exit-rotation 4 --batch 64 --micro 16 --lr 2e-3 --min-lr 2e-4 --max-tokens 100e6 --max-minutes 7 --threads 16 --seed 0"}
+TRAIN_ARGS=${TRAIN_ARGS:-"$SHAPE $RECIPE --induction 0.2 --exit-rotation 4 --batch 64 --micro 16 --lr 2e-3 --min-lr 2e-4 --max-tokens 100e6 --max-minutes 7 --threads 16 --seed 0"}
 V2CPU=${V2CPU:-/work/ilpd-train-v2cpu}
 CPU_ARGS=${CPU_ARGS:-"--device cpu --threads 2 --seed 0 --eval-every 100 $RECIPE --exit-rotation 8"}
 

@@ -139,6 +139,9 @@ def layer_keep(a, L, B, step, device):
     return (torch.rand(L, B, generator=g) >= p[:, None]).to(device)
 
 
+FIRST_TEXT_TOKEN = 261  # make_data.py's tokenizers: 5 control tokens, then 256 byte tokens
+
+
 def repeat_sequence(data, n, vocab, rng):
     """N + 1 tokens of spans each written twice ([A A B B ...]) and the
     target mask [N] (False where the target is in a first copy)."""
@@ -146,7 +149,7 @@ def repeat_sequence(data, n, vocab, rng):
     while len(xs) < n + 1:
         k = int(rng.integers(4, 49))
         if rng.random() < 0.5:
-            span = rng.integers(261, vocab, k)  # past the 5 control and 256 byte tokens
+            span = rng.integers(FIRST_TEXT_TOKEN, vocab, k)
         else:
             p = int(rng.integers(0, len(data) - k))
             span = np.asarray(data[p:p + k], dtype=np.int64)
@@ -204,7 +207,7 @@ def eval_copy(model, device="cpu"):
     model.eval()
     n = min(40, model.c.max_seq_len // 2)
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(261, model.c.vocab_size, (8, n), generator=g)
+    x = torch.randint(FIRST_TEXT_TOKEN, model.c.vocab_size, (8, n), generator=g)
     xy = torch.cat([x, x], 1).to(device)
     logits = model(xy[:, :-1])
     acc = (logits[:, n:].argmax(-1) == xy[:, n + 1:]).float().mean().item()

@@ -98,7 +98,7 @@ cpu)
          "--heldout $V2CPU/models/heldout --tokenizer $V2CPU/models/tokenizer.model"
     ;;
 *)
-    sed -n 2,24p "$0" >&2
+    sed -n '2,/^set /{/^#/p}' "$0" >&2  # the header comment
     exit 2
     ;;
 esac

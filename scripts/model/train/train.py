@@ -45,6 +45,8 @@ trained on the task data alone never learns to copy (the "induction heads"
 of Olsson et al. 2022: a repeated random sequence is no easier the second
 time), so it answers with typical values instead of the ones in the prompt;
 these sequences teach the look-back-and-copy circuit directly.
+--until-copy A ends the run (with a checkpoint) at the first evaluation whose
+copy accuracy reaches A: train_v2.sh copy uses it for its all-copy phase.
 Data: train.bin, or train.bin.xz (decompressed into memory; this is how the
 token stream travels to a GPU machine that has no SentencePiece).
 """
@@ -101,6 +103,8 @@ def get_args():
     ap.add_argument("--exit-from", type=int, default=1, help="first layer with an early exit")
     ap.add_argument("--induction", type=float, default=0.0,
                     help="share of sequences replaced by repeated spans (copy training)")
+    ap.add_argument("--until-copy", type=float, default=0.0,
+                    help="end the run at the first evaluation whose copy accuracy reaches this")
     return ap.parse_args()
 
 
@@ -357,6 +361,9 @@ def main():
                   f"t {state['train_seconds']/60:6.1f}min lr {lr:.2e} train {tl:.4f} "
                   f"heldout {hl:.4f} copy {cp:.2f} {tps:.0f} tok/s progress {progress():.3f}", flush=True)
             win_t, win_tok, win_loss, win_n = time.time(), 0, 0.0, 0
+            if 0 < a.until_copy <= cp:
+                print(f"copy accuracy {cp:.2f} reached --until-copy {a.until_copy}", flush=True)
+                break
         elif state["step"] % 10 == 0:
             print(f"step {state['step']:5d} loss {tot_loss:.4f} {step_tokens/dt:.0f} tok/s",
                   flush=True)

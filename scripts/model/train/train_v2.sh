@@ -6,6 +6,7 @@
 #   sh scripts/model/train/train_v2.sh finish DIR     # here: DIR = the run's files_at
 #   sh scripts/model/train/train_v2.sh cpu            # or: train here, on 2 cores, in two phases
 #   FROM_V1=1 sh scripts/model/train/train_v2.sh cpu  # the same, continuing the v1 model
+#   sh scripts/model/train/train_v2.sh copy CKPT DATA # teach a trained checkpoint to copy
 #
 # GPU: the machine has PyTorch but no SentencePiece and no package access, and
 # at most 64 MiB travels each way (16 MiB a file back), so the token stream is
@@ -23,6 +24,17 @@
 # starts from the published model (its tokenizer and weights) instead of
 # from scratch, which saves the hours v1 already trained. Checkpoints go to
 # $V2CPU/a and $V2CPU/b; re-running `cpu` resumes a phase that was cut off.
+#
+# copy: a checkpoint whose train.log shows copy near 0 learns to copy in three
+# continuation phases on this CPU (models/README.md, "Copying needs induction
+# heads"): C trains on repeated spans only (--induction 1.0, a 128 context)
+# until the copy check reaches 0.95 (the phase change came after 860 steps,
+# 16 minutes, for the CPU v2 model), which costs the model its language
+# (held-out loss 1.2 -> 4); D goes back to the data with a fifth repeated
+# spans and the LayerSkip recipe at a 512 context for COPY_MINUTES (70), which
+# brings the language back and keeps the copying; E is phase B of `cpu`
+# (a 2,048 context, CPU_MINUTES_B) with the same fifth of spans. Checkpoints
+# go to $V2CPU/copy-{c,d,e}; re-running `copy` resumes where it was cut off.
 # TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
 # gives the runs.
 set -eu
@@ -35,6 +47,16 @@ SHAPE="--layers 24 --dim 192 --heads 6 --kv-heads 2 --ffn 512 --seq 2048"
 TRAIN_ARGS=${TRAIN_ARGS:-"$SHAPE $RECIPE --induction 0.2 --exit-rotation 4 --batch 64 --micro 16 --lr 2e-3 --min-lr 2e-4 --max-tokens 100e6 --max-minutes 7 --threads 16 --seed 0"}
 V2CPU=${V2CPU:-/work/ilpd-train-v2cpu}
 CPU_ARGS=${CPU_ARGS:-"--device cpu --threads 2 --seed 0 --eval-every 100 $RECIPE --exit-rotation 8"}
+
+# context_phase DIR CKPT ARGS...: continue CKPT at a 2,048 context for CPU_MINUTES_B
+# (a wall-clock budget: the token budget is lifted, or a phase that starts past
+# ARGS' --max-tokens would end at once)
+context_phase() {
+    d=$1 ck=$2
+    shift 2
+    /usr/bin/python3 "$T/train.py" --ckpt-dir "$d" "$@" --init-from "$ck" --max-tokens 1e9 --seq 2048 \
+        --batch 4 --micro 1 --lr 5e-4 --min-lr 1e-4 --eval-windows 8 --max-minutes ${CPU_MINUTES_B:-15} >> "$d/train.log" 2>&1
+}
 
 case "${1:-}" in
 prepare)
@@ -92,10 +114,29 @@ cpu)
     /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/a" $A $START --seq 512 --batch 16 --micro 4 \
         --max-minutes $MIN_A >> "$V2CPU/a/train.log" 2>&1
     last=$(ls "$V2CPU"/a/ckpt_*.pt | tail -1)
-    /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/b" $A --init-from "$last" --seq 2048 --batch 4 --micro 1 \
-        --lr 5e-4 --min-lr 1e-4 --eval-windows 8 --max-minutes ${CPU_MINUTES_B:-15} >> "$V2CPU/b/train.log" 2>&1
+    context_phase "$V2CPU/b" "$last" $A
     echo "checkpoint: $(ls "$V2CPU"/b/ckpt_*.pt | tail -1). Next: eval.py --ckpt it" \
          "--heldout $V2CPU/models/heldout --tokenizer $V2CPU/models/tokenizer.model"
+    ;;
+copy)
+    CK=${2:?usage: train_v2.sh copy CKPT DATA_DIR}
+    DATA=${3:?usage: train_v2.sh copy CKPT DATA_DIR}
+    C="--data-dir $DATA --max-tokens 1e9 $CPU_ARGS --eval-windows 16 --eval-every 50"
+    mkdir -p "$V2CPU/copy-c" "$V2CPU/copy-d" "$V2CPU/copy-e"
+    if ! ls "$V2CPU"/copy-d/ckpt_*.pt >/dev/null 2>&1; then
+        /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/copy-c" $C --init-from "$CK" --induction 1.0 \
+            --until-copy 0.95 --seq 128 --batch 32 --micro 8 --lr 1e-3 --min-lr 5e-4 --warmup 0.01 \
+            --max-minutes ${COPY_C_MINUTES:-40} >> "$V2CPU/copy-c/train.log" 2>&1
+        CK=$(ls "$V2CPU"/copy-c/ckpt_*.pt | tail -1)
+    fi
+    if ! ls "$V2CPU"/copy-e/ckpt_*.pt >/dev/null 2>&1; then
+        /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/copy-d" $C --init-from "$CK" --induction 0.2 \
+            --seq 512 --batch 16 --micro 4 --lr 1e-3 --min-lr 1e-4 --max-minutes ${COPY_MINUTES:-70} \
+            >> "$V2CPU/copy-d/train.log" 2>&1
+    fi
+    context_phase "$V2CPU/copy-e" "$(ls "$V2CPU"/copy-d/ckpt_*.pt | tail -1)" $C --induction 0.2 --eval-every 100
+    grep copy "$V2CPU/copy-e/train.log" | tail -1
+    echo "checkpoint: $(ls "$V2CPU"/copy-e/ckpt_*.pt | tail -1)"
     ;;
 *)
     sed -n '2,/^set /{/^#/p}' "$0" >&2  # the header comment

@@ -43,6 +43,26 @@ def render(ex):
     return render_history(ex["system"], ex.get("history", ()), ex["user"]) + ex["answer"] + IM_END + "\n"
 
 
+def answer_mask(tokens, header, end):
+    """Bool [len(tokens)]: True where a token is inside an assistant turn of
+    the token stream TOKENS: after HEADER (the ids of "<|im_start|>assistant\n")
+    up to and including the next END (<|im_end|>); a turn cut off by the end of
+    the stream runs to it. The answers that train.py --answer-loss trains on."""
+    import numpy as np
+    d = np.asarray(tokens)
+    starts = np.flatnonzero(d[:max(0, len(d) - len(header) + 1)] == header[0])
+    for j, t in enumerate(header[1:], 1):
+        starts = starts[d[starts + j] == t]
+    starts = starts + len(header)
+    ends = np.flatnonzero(d == end)
+    k = np.searchsorted(ends, starts)
+    stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1 if len(ends) else 0, len(d))
+    edge = np.zeros(len(d) + 1, dtype=np.int64)
+    np.add.at(edge, starts, 1)
+    np.add.at(edge, stop, -1)
+    return np.cumsum(edge[:-1]) > 0
+
+
 class Tokenizer:
     def __init__(self, path):
         import sentencepiece as spm

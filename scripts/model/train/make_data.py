@@ -497,7 +497,7 @@ def train_tokenizer(texts, model_prefix, vocab_size):
 # v2 task mix: relative shares of the task tokens (stories are the rest).
 V2_MIX = {"classify": 3, "extract": 3, "yesno": 2, "tools": 4, "schema": 2}
 V2_MULTI = 2
-V2_COPY = 3  # tasks_v2.gen_copy: training only
+V2_COPY = 3  # tasks_v2.gen_copy: training only (--copy-weight)
 
 
 def main():
@@ -513,6 +513,8 @@ def main():
     ap.add_argument("--skip-tokenizer", action="store_true")
     ap.add_argument("--recipe", choices=("v1", "v2"), default="v1",
                     help="v2: tasks_v2's phrasings, tools and schema JSON (demo model v2)")
+    ap.add_argument("--copy-weight", type=float, default=V2_COPY,
+                    help="v2: the copy task's share of the task tokens, against V2_MIX's")
     args = ap.parse_args()
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
@@ -552,7 +554,7 @@ def main():
     if args.recipe == "v2":
         gens = [(t, lambda r, t=t: tasks_v2.GENERATORS[t](r, "train"), w) for t, w in V2_MIX.items()]
         gens.append(("multi", lambda r: tasks_v2.multi_turn(r, "train", r.randint(2, 8)), V2_MULTI))
-        gens.append(("copy", lambda r: tasks_v2.gen_copy(r, "train"), V2_COPY))
+        gens.append(("copy", lambda r: tasks_v2.gen_copy(r, "train"), args.copy_weight))
     else:
         Pt = Pools(held=False)
         gens = [("classify", lambda r: gen_classify(r, Pt), 1), ("extract", lambda r: gen_extract(r, Pt), 1),
@@ -626,7 +628,8 @@ def main():
     meta = {"seed": args.seed, "epochs": args.epochs, "docs": n_docs,
             "tokens": int(os.path.getsize(out_path) // 2), "epoch0_tokens_by_task": tot,
             "heldout_tokens": len(hbuf), "vocab": tok.vocab_size,
-            "train_stories": len(train_st), "heldout_stories": len(held_st)}
+            "train_stories": len(train_st), "heldout_stories": len(held_st),
+            "assistant_header": tok.encode_chat_text(IM_START + "assistant\n"), "im_end": tok.im_end}
     json.dump(meta, open(os.path.join(args.out, "meta.json"), "w"), indent=1)
     tasks = {t: {"system": SYSTEMS[t], "user": USER_TEMPLATES[t]} for t in USER_TEMPLATES}
     with open(os.path.join(args.models, "tasks.json"), "w") as f:

@@ -123,9 +123,86 @@ SYS_CLASSIFY = ["You are a customer support assistant. Classify the message. Rep
                 "You are a helpful assistant."]
 
 
+# Training-only variety: intent clauses per category, freely combined with
+# category-neutral context sentences, so that the model learns what each
+# category is about rather than which template it saw. Written without the
+# held-out templates' telling words (watts, dimensions, swap, drop off...), so
+# that the held-out split stays unseen.
+CLASSIFY_BANK = {
+    "shipping": [
+        "when will my order get here", "the courier never came", "my delivery is late",
+        "the tracking number does not work", "can you ship it faster",
+        "the package was left at the wrong door", "is express delivery available",
+        "my order has not been shipped yet", "the parcel says delivered but it is not here",
+        "{carrier} keeps rescheduling the delivery", "please change the delivery address",
+        "the box arrived crushed and half open", "how much is shipping to {place}",
+        "can I track order {order}", "nobody has picked up my package from the warehouse",
+        "the delivery window was missed again", "will it arrive before the weekend",
+        "I was not home when the driver came", "the shipment is stuck at customs",
+        "only one of my two packages arrived"],
+    "returns": [
+        "I want to return the {product}", "how do I get my money back",
+        "please refund my order", "the return label did not print",
+        "I received the wrong item and want to send it back",
+        "can I exchange the {product} for another size", "what is your return policy",
+        "my refund has not arrived yet", "I sent the package back weeks ago",
+        "the {product} does not fit and I want a refund",
+        "is there a fee for returning order {order}", "I would like to cancel and return this",
+        "how many days do I have to return the {product}", "the refund was less than I paid",
+        "I want to exchange it for the {color} version", "please take the {product} back",
+        "do I need the original box for a return", "I never got my store credit for the return",
+        "can I return a gift without the receipt", "I want to give back the {product} and get a refund"],
+    "product": [
+        "does the {product} have a timer", "is the {product} waterproof",
+        "my {product} stopped working", "the {product} makes a strange noise",
+        "how do I clean the {product}", "what batteries does the {product} use",
+        "is the {product} compatible with my old one", "the manual for the {product} is missing",
+        "how long does the {product} battery last", "the screen on the {product} is flickering",
+        "can the {product} be used outside", "is the {product} easy to set up",
+        "what comes in the box with the {product}", "the {product} gets too hot",
+        "is the {product} in stock again", "how heavy is the {product}",
+        "the handle of the {product} broke", "does the {product} work in {place}",
+        "what is the difference between the {product} and the {product2}",
+        "how loud is the {product}"],
+    "payment": [
+        "I was charged the wrong amount", "my card was declined",
+        "can I get an invoice for order {order}", "I paid but the order says pending",
+        "please remove the extra charge of {amount}", "do you take {pay}",
+        "the price went up after I paid", "my coupon was not applied",
+        "I see two payments of {amount}", "how do I change my billing address",
+        "the charge of {amount} is not mine", "can I pay for the {product} later",
+        "why did my bank block the payment", "I want a receipt for {amount}",
+        "the total at checkout was wrong", "can I pay part with a gift card",
+        "I was billed for an order I cancelled", "the payment page will not load",
+        "is my card saved on the account", "the tax on my bill looks too high"],
+}
+CLASSIFY_CONTEXT = [
+    "I ordered the {product} {when}.", "My order number is {order}.", "It was a gift for my sister.",
+    "I live in {place}.", "This is about the {color} {product}.", "I have shopped with you for years.",
+    "This is my second message about this.", "The order was {order}.", "I bought it {when}.",
+    "It cost {amount}.", "I am not angry, just confused."]
+
+
+CLASSIFY_BANK_SHARE = 0.5  # of the training classify examples
+
+
+def classify_bank_message(rng):
+    """A message from CLASSIFY_BANK: its category, its text (before filling)."""
+    cat = rng.choice(sorted(CLASSIFY_BANK))
+    parts = [s[0].upper() + s[1:] + rng.choice([".", "?", "!", ""]) for s in
+             rng.sample(CLASSIFY_BANK[cat], rng.choice([1, 1, 2]))]
+    for _ in range(rng.choice([0, 1, 1, 2])):
+        parts.insert(rng.randrange(len(parts) + 1), rng.choice(CLASSIFY_CONTEXT))
+    return cat, " ".join(parts)
+
+
 def gen_classify(rng, split):
     P = pools(split)
-    cat, conf, t = rng.choice(held_split(CLASSIFY_T2, split))
+    if split == "train" and rng.random() < CLASSIFY_BANK_SHARE:
+        cat, t = classify_bank_message(rng)
+        conf = 0.9
+    else:
+        cat, conf, t = rng.choice(held_split(CLASSIFY_T2, split))
     op, cl = rng.choice(OPENERS), rng.choice(CLOSERS)
     if op.endswith(", "):
         t = t[0].lower() + t[1:]

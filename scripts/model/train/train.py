@@ -45,6 +45,10 @@ trained on the task data alone never learns to copy (the "induction heads"
 of Olsson et al. 2022: a repeated random sequence is no easier the second
 time), so it answers with typical values instead of the ones in the prompt;
 these sequences teach the look-back-and-copy circuit directly.
+--answer-loss counts only the targets inside assistant turns (after
+meta.json's assistant_header, up to and including im_end: the stories and
+the task answers), as instruction tuning does: the prompts' template text
+no longer competes with the answers for a small model's capacity.
 --until-copy A ends the run (with a checkpoint) at the first evaluation whose
 copy accuracy reaches A: train_v2.sh copy uses it for its all-copy phase.
 Data: train.bin, or train.bin.xz (decompressed into memory; this is how the
@@ -53,6 +57,7 @@ token stream travels to a GPU machine that has no SentencePiece).
 import argparse
 import csv
 import glob
+import json
 import math
 import os
 import sys
@@ -63,6 +68,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat import answer_mask  # noqa: E402
 from model import Config, Llama, latest_checkpoint, n_params  # noqa: E402
 
 
@@ -103,6 +109,8 @@ def get_args():
     ap.add_argument("--exit-from", type=int, default=1, help="first layer with an early exit")
     ap.add_argument("--induction", type=float, default=0.0,
                     help="share of sequences replaced by repeated spans (copy training)")
+    ap.add_argument("--answer-loss", action="store_true",
+                    help="loss on the assistant turns only (meta.json: assistant_header, im_end)")
     ap.add_argument("--until-copy", type=float, default=0.0,
                     help="end the run at the first evaluation whose copy accuracy reaches this")
     return ap.parse_args()
@@ -173,14 +181,16 @@ def skip_loss(model, xy, a, step, device, tmask=None):
     if tmask is not None:
         y = y.masked_fill(~tmask, -100)
     y = y.reshape(-1)
+    n = max(1, int((y != -100).sum()))  # a micro-batch with no counted target adds 0, not NaN
+
+    def ce(lg):
+        return F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), y, reduction="sum") / n
     if not exits:
-        logits = model(xy[:, :-1], keep=keep)
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y)
+        return ce(model(xy[:, :-1], keep=keep))
     logits, hs = model(xy[:, :-1], keep=keep, return_hidden=True)
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y)
+    loss = ce(logits)
     w = [i / (L - 1) for i in exits]
-    ex = sum(wi * F.cross_entropy(model.exit_logits(hs[i + 1]).float().reshape(-1, logits.shape[-1]), y)
-             for i, wi in zip(exits, w))
+    ex = sum(wi * ce(model.exit_logits(hs[i + 1])) for i, wi in zip(exits, w))
     return loss + a.early_exit * ex / sum(w)
 
 
@@ -241,6 +251,14 @@ def main():
     data_dir = a.data_dir or os.path.join(a.ckpt_dir, "data")
     data = read_tokens(data_dir, "train.bin")
     held = np.asarray(read_tokens(data_dir, "heldout.bin"))
+    amask = None
+    if a.answer_loss:
+        meta = json.load(open(os.path.join(data_dir, "meta.json")))
+        if "assistant_header" not in meta:
+            sys.exit(f"train.py: --answer-loss: {data_dir}/meta.json has no assistant_header"
+                     " (make_data.py writes it since 2026-12-07)")
+        amask = answer_mask(data, meta["assistant_header"], meta["im_end"])
+        print(f"--answer-loss: {amask.mean():.3f} of the targets count", flush=True)
 
     ck_path = latest_checkpoint(a.ckpt_dir)
     if ck_path:
@@ -332,10 +350,11 @@ def main():
                 if p + seq + 1 > len(data):
                     p = 0
                 xs.append(np.asarray(data[p:p + seq + 1], dtype=np.int64))
-                ms.append(np.ones(seq, dtype=bool))
+                ms.append(amask[p + 1:p + seq + 1] if amask is not None else np.ones(seq, dtype=bool))
                 state["pos"] = p + seq
             xy = torch.from_numpy(np.stack(xs)).to(device)
-            tmask = torch.from_numpy(np.stack(ms)).to(device) if a.induction > 0 else None
+            tmask = (torch.from_numpy(np.stack(ms)).to(device)
+                     if a.induction > 0 or amask is not None else None)
             with torch.autocast(device, dtype=torch.bfloat16):
                 loss = skip_loss(model, xy, a, state["step"] * (B // mb) + m0 // mb, device, tmask)
             (loss * (mb / B)).backward()

@@ -7,6 +7,7 @@
 #   sh scripts/model/train/train_v2.sh cpu            # or: train here, on 2 cores, in two phases
 #   FROM_V1=1 sh scripts/model/train/train_v2.sh cpu  # the same, continuing the v1 model
 #   sh scripts/model/train/train_v2.sh copy CKPT DATA # teach a trained checkpoint to copy
+#   sh scripts/model/train/train_v2.sh tune CKPT TOK  # tune a CPU checkpoint on the answers
 #
 # GPU: the machine has PyTorch but no SentencePiece and no package access, and
 # at most 64 MiB travels each way (16 MiB a file back), so the token stream is
@@ -15,7 +16,8 @@
 # checkpoint. The GPU recipe is 24 x 192 on 100 M tokens at a 2,048 context,
 # a fifth of the sequences repeated spans (--induction 0.2: models/README.md,
 # "Copying needs induction heads"); train.log's "copy" column shows whether
-# the model learned to copy.
+# the model learned to copy. It ends with the tune phase (below), whose data
+# travels in .gpu-train/tune.
 #
 # CPU: 16 x 128 (the v1 shape), phase A at a 512 context for CPU_MINUTES_A
 # (about 4,000 tok/s on 2 cores), then phase B extends the context to 2,048
@@ -35,6 +37,14 @@
 # brings the language back and keeps the copying; E is phase B of `cpu`
 # (a 2,048 context, CPU_MINUTES_B) with the same fifth of spans. Checkpoints
 # go to $V2CPU/copy-{c,d,e}; re-running `copy` resumes where it was cut off.
+# tune: instruction tuning of a trained checkpoint (TOK: its tokenizer.model)
+# on data with more tasks (tune_data: --task-frac 0.85, 4 epochs, 19 M tokens,
+# tasks_v2's classify phrase bank, a third of the copy documents), the loss on
+# the assistant turns only (--answer-loss), no repeated spans (with them and
+# all the copy documents the model ended up copying the instruction into its
+# answers), the LayerSkip recipe; on the CPU at a 512 context for TUNE_MINUTES
+# (40), data and checkpoints in $V2CPU/tune (re-running `tune` resumes);
+# `gpu` ends with the same phase at 2,048 for 1.5 minutes (TUNE_GPU_ARGS).
 # TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
 # gives the runs.
 set -eu
@@ -45,6 +55,8 @@ PY=${PYTHON:-python3}
 RECIPE="--layer-dropout 0.2 --early-exit 0.3 --exit-from 4"
 SHAPE="--layers 24 --dim 192 --heads 6 --kv-heads 2 --ffn 512 --seq 2048"
 TRAIN_ARGS=${TRAIN_ARGS:-"$SHAPE $RECIPE --induction 0.2 --exit-rotation 4 --batch 64 --micro 16 --lr 2e-3 --min-lr 2e-4 --max-tokens 100e6 --max-minutes 7 --threads 16 --seed 0"}
+TUNE="--answer-loss --induction 0 --lr 5e-4 --min-lr 5e-5 --max-tokens 1e9"
+TUNE_GPU_ARGS=${TUNE_GPU_ARGS:-"$TUNE $RECIPE --exit-rotation 4 --seq 2048 --batch 64 --micro 16 --max-minutes 1.5 --threads 16 --seed 0"}
 V2CPU=${V2CPU:-/work/ilpd-train-v2cpu}
 CPU_ARGS=${CPU_ARGS:-"--device cpu --threads 2 --seed 0 --eval-every 100 $RECIPE --exit-rotation 8"}
 
@@ -58,6 +70,15 @@ context_phase() {
         --batch 4 --micro 1 --lr 5e-4 --min-lr 1e-4 --eval-windows 8 --max-minutes ${CPU_MINUTES_B:-15} >> "$d/train.log" 2>&1
 }
 
+# tune_data DIR TOKENIZER_MODEL: the tuning data, in DIR/data (DIR/models: the
+# tokenizer and the held-out split, the same as the main data's)
+tune_data() {
+    mkdir -p "$1/models"
+    cp "$2" "$1/models/tokenizer.model"
+    [ -f "$1/data/train.bin" ] || /usr/bin/python3 "$T/make_data.py" --recipe v2 --skip-tokenizer --vocab 4096 \
+        --task-frac 0.85 --epochs 4 --copy-weight 1 --out "$1/data" --models "$1/models"
+}
+
 case "${1:-}" in
 prepare)
     mkdir -p "$G/data" "$G/models/heldout"
@@ -65,6 +86,9 @@ prepare)
     /usr/bin/python3 "$T/make_data.py" --recipe v2 --vocab 4096 --task-frac 0.7 --epochs ${EPOCHS:-52} \
         --out "$G/data" --models "$G/models"
     xz -T2 -6 -f "$G/data/train.bin"
+    rm -rf "$G/tune"
+    tune_data "$G/tune" "$G/models/tokenizer.model"
+    xz -T2 -6 -f "$G/tune/data/train.bin"
     du -sh "$G"
     ;;
 gpu)
@@ -72,14 +96,16 @@ gpu)
     PYTHONUNBUFFERED=1 $PY "$T/train.py" --ckpt-dir /tmp/v2ck --data-dir "$G/data" --device cuda \
         --vocab "$($PY -c "import json;print(json.load(open('$G/data/meta.json'))['vocab'])")" $TRAIN_ARGS \
         | tee "$OUT/train.log"
-    cp /tmp/v2ck/loss.csv "$OUT/"
+    PYTHONUNBUFFERED=1 $PY "$T/train.py" --ckpt-dir /tmp/v2tune --data-dir "$G/tune/data" --device cuda \
+        --init-from "$(ls /tmp/v2ck/ckpt_*.pt | tail -1)" $TUNE_GPU_ARGS | tee -a "$OUT/train.log"
+    { cat /tmp/v2ck/loss.csv; tail -n +2 /tmp/v2tune/loss.csv; } > "$OUT/loss.csv"
     $PY - <<PYEOF
 import glob, torch
-ck = torch.load(sorted(glob.glob("/tmp/v2ck/ckpt_*.pt"))[-1], map_location="cpu")
+ck = torch.load(sorted(glob.glob("/tmp/v2tune/ckpt_*.pt"))[-1], map_location="cpu")
 ck.pop("opt")
-torch.save(ck, "/tmp/v2ck/final.pt")
+torch.save(ck, "/tmp/v2tune/final.pt")
 PYEOF
-    split -b 15M -d /tmp/v2ck/final.pt "$OUT/final.pt.part-"
+    split -b 15M -d /tmp/v2tune/final.pt "$OUT/final.pt.part-"
     ;;
 finish)
     D=${2:?usage: train_v2.sh finish FILES_AT}
@@ -137,6 +163,16 @@ copy)
     context_phase "$V2CPU/copy-e" "$(ls "$V2CPU"/copy-d/ckpt_*.pt | tail -1)" $C --induction 0.2 --eval-every 100
     grep copy "$V2CPU/copy-e/train.log" | tail -1
     echo "checkpoint: $(ls "$V2CPU"/copy-e/ckpt_*.pt | tail -1)"
+    ;;
+tune)
+    CK=${2:?usage: train_v2.sh tune CKPT TOKENIZER_MODEL}
+    TOKM=${3:?usage: train_v2.sh tune CKPT TOKENIZER_MODEL}
+    tune_data "$V2CPU/tune" "$TOKM"
+    mkdir -p "$V2CPU/tune/run"
+    /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/tune/run" --data-dir "$V2CPU/tune/data" $CPU_ARGS $TUNE \
+        --init-from "$CK" --seq 512 --batch 16 --micro 4 --max-minutes ${TUNE_MINUTES:-40} --eval-windows 16 \
+        >> "$V2CPU/tune/run/train.log" 2>&1
+    echo "checkpoint: $(ls "$V2CPU"/tune/run/ckpt_*.pt | tail -1)"
     ;;
 *)
     sed -n '2,/^set /{/^#/p}' "$0" >&2  # the header comment

@@ -55,8 +55,7 @@ def answer_mask(tokens, header, end):
         starts = starts[d[starts + j] == t]
     starts = starts + len(header)
     ends = np.flatnonzero(d == end)
-    k = np.searchsorted(ends, starts)
-    stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1 if len(ends) else 0, len(d))
+    stop = np.append(ends + 1, len(d))[np.searchsorted(ends, starts)]  # past the next END, or the stream's end
     edge = np.zeros(len(d) + 1, dtype=np.int64)
     np.add.at(edge, starts, 1)
     np.add.at(edge, stop, -1)

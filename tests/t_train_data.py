@@ -5,9 +5,15 @@
    (after the header, up to and including <|im_end|>), which is what
    train.py --answer-loss trains on: multi-turn documents, a stream that
    starts or ends inside a turn, no turn at all;
+   chat.turn_weights spreads a weight over each answer's tokens
+   (train.py --turn-weight);
 2. tasks_v2's classify phrase bank trains only: the held-out split draws the
    same examples whatever the bank's share, and no bank clause is a held-out
-   template, so the held-out templates stay unseen.
+   template, so the held-out templates stay unseen;
+3. make_data.py --mix changes only the weights it names and refuses a task
+   it does not know or a weight that is not a number >= 0;
+4. where PyTorch imports: train.py --distill adds nothing when no layer is
+   dropped and a positive KL term when layers are.
 """
 import os
 import random
@@ -17,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 try:
     import numpy as np  # noqa: E402
     import tasks_v2  # noqa: E402
-    from chat import answer_mask  # noqa: E402
+    from chat import answer_mask, turn_weights  # noqa: E402
+    import make_data  # noqa: E402
 except ImportError as e:  # make_data needs numpy
     print(f"skip - the training scripts do not import here: {e}")
     sys.exit(0)
@@ -49,6 +56,14 @@ for name, (toks, want) in cases.items():
     got = answer_mask(toks, H, E).astype(int).tolist()
     check(f"answer_mask: {name}", got == want, f"{got} != {want}")
 
+tw = turn_weights(np.array([0, 1, 1, 1, 1, 0, 0, 1, 0, 1, 1], dtype=bool), 1.0).tolist()
+check("turn_weights 1: every answer weighs 1 in all", tw == [0, .25, .25, .25, .25, 0, 0, 1, 0, .5, .5], str(tw))
+tw = turn_weights(np.array([1, 1, 1, 1, 0, 1], dtype=bool), 0.5).tolist()
+check("turn_weights 0.5: len ** -0.5 a token", tw == [.5, .5, .5, .5, 0, 1], str(tw))
+check("turn_weights 0: the mask itself", turn_weights(np.array([0, 1, 1], dtype=bool), 0.0).tolist() == [0, 1, 1])
+check("turn_weights: no answer", turn_weights(np.zeros(3, dtype=bool), 1.0).tolist() == [0, 0, 0]
+      and turn_weights(np.zeros(0, dtype=bool), 1.0).tolist() == [])
+
 
 def held_classify(share, n=300):
     tasks_v2.CLASSIFY_BANK_SHARE = share
@@ -68,5 +83,42 @@ check("classify bank: every category is drawn in training",
 held_t = {t.lower().rstrip(".?!") for _, _, t in tasks_v2.held_split(tasks_v2.CLASSIFY_T2, "held")}
 clash = [c for v in tasks_v2.CLASSIFY_BANK.values() for c in v if c.lower() in held_t]
 check("classify bank: no clause is a held-out template", not clash, str(clash))
+
+mix = make_data.parse_mix("yesno=6,copy=0")
+check("--mix: names replaced, the rest kept",
+      mix == dict(make_data.V2_MIX, yesno=6.0, copy=0.0) and make_data.parse_mix("") == make_data.V2_MIX, str(mix))
+for bad in ("poems=1", "yesno", "yesno=-1", "yesno=lots"):
+    try:
+        make_data.parse_mix(bad)
+        refused = ""
+    except SystemExit as e:
+        refused = str(e)
+    check(f"--mix {bad}: refused, naming the item", repr(bad) in refused, refused or "accepted")
+
+
+def distill_terms():
+    """train.skip_loss on a 4-layer model: (loss without dropping, loss with
+    --distill 1 but no layer dropped, loss with the later layers dropped)."""
+    import torch
+    import train
+    from model import Config, Llama
+    torch.manual_seed(0)
+    model = Llama(Config(vocab_size=300, dim=32, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16))
+    xy = torch.randint(0, 300, (2, 17))
+    base = dict(seed=0, early_exit=0.0, exit_from=1, exit_rotation=4, layer_dropout=0.0, distill=0.0)
+    out = []
+    for kw in ({}, {"distill": 1.0, "layer_dropout": 1e-9}, {"distill": 1.0, "layer_dropout": 1.0}):
+        a = argparse.Namespace(**dict(base, **kw))
+        out.append(float(train.skip_loss(model, xy, a, 0, "cpu")))
+    return out
+
+
+try:
+    import argparse
+    full, none_dropped, dropped = distill_terms()
+    check("--distill: no layer dropped adds nothing", abs(none_dropped - full) < 1e-6, f"{none_dropped} != {full}")
+    check("--distill: dropped layers add a KL term", dropped > full + 1e-4, f"{dropped} <= {full}")
+except ImportError as e:
+    print(f"skip - --distill: {e}")
 print(f"{failed} failed")
 sys.exit(1 if failed else 0)

@@ -62,6 +62,23 @@ def answer_mask(tokens, header, end):
     return np.cumsum(edge[:-1]) > 0
 
 
+def turn_weights(mask, power):
+    """Float32 [len(MASK)]: a token in a run of True (an answer, as
+    answer_mask marks them) weighs len(run) ** -POWER, 0 outside the runs.
+    POWER 0: every answer token counts the same; 1: every answer does,
+    however long (train.py --turn-weight)."""
+    import numpy as np
+    m = np.asarray(mask, dtype=bool)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], m.astype(np.int8), [0]))))
+    starts, lens = edges[0::2], edges[1::2] - edges[0::2]
+    run = np.zeros(len(m) + 1, dtype=np.int64)
+    run[starts] = 1
+    run = np.cumsum(run[:-1]) - 1  # the index of the run a position is in (or the last before it)
+    w = np.zeros(len(m), dtype=np.float32)
+    w[m] = lens[run[m]].astype(np.float32) ** -power
+    return w
+
+
 class Tokenizer:
     def __init__(self, path):
         import sentencepiece as spm

@@ -494,10 +494,25 @@ def train_tokenizer(texts, model_prefix, vocab_size):
     os.remove(tmp)
 
 
-# v2 task mix: relative shares of the task tokens (stories are the rest).
-V2_MIX = {"classify": 3, "extract": 3, "yesno": 2, "tools": 4, "schema": 2}
-V2_MULTI = 2
-V2_COPY = 3  # tasks_v2.gen_copy: training only (--copy-weight)
+# v2 task mix: relative shares of the task tokens (stories are the rest); multi:
+# multi-turn conversations, copy: tasks_v2.gen_copy (training only). --mix overrides.
+V2_MIX = {"classify": 3, "extract": 3, "yesno": 2, "tools": 4, "schema": 2, "multi": 2, "copy": 3}
+
+
+def parse_mix(text):
+    """'yesno=6,copy=1' -> V2_MIX with those weights replaced; SystemExit on a
+    name V2_MIX lacks or a weight that is not a number >= 0."""
+    mix = dict(V2_MIX)
+    for item in filter(None, text.split(",")):
+        name, _, w = item.partition("=")
+        try:
+            weight = float(w)
+        except ValueError:
+            weight = -1.0
+        if name not in mix or weight < 0:
+            sys.exit(f"make_data.py: --mix {item!r}: want NAME=WEIGHT, NAME one of {', '.join(mix)}")
+        mix[name] = weight
+    return mix
 
 
 def main():
@@ -513,8 +528,8 @@ def main():
     ap.add_argument("--skip-tokenizer", action="store_true")
     ap.add_argument("--recipe", choices=("v1", "v2"), default="v1",
                     help="v2: tasks_v2's phrasings, tools and schema JSON (demo model v2)")
-    ap.add_argument("--copy-weight", type=float, default=V2_COPY,
-                    help="v2: the copy task's share of the task tokens, against V2_MIX's")
+    ap.add_argument("--mix", default="",
+                    help="v2: task weights to change, e.g. yesno=6,copy=1 (V2_MIX has the rest)")
     args = ap.parse_args()
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
@@ -552,9 +567,10 @@ def main():
 
     # ---- training examples per epoch -----------------------------------------
     if args.recipe == "v2":
-        gens = [(t, lambda r, t=t: tasks_v2.GENERATORS[t](r, "train"), w) for t, w in V2_MIX.items()]
-        gens.append(("multi", lambda r: tasks_v2.multi_turn(r, "train", r.randint(2, 8)), V2_MULTI))
-        gens.append(("copy", lambda r: tasks_v2.gen_copy(r, "train"), args.copy_weight))
+        make = dict((t, lambda r, t=t: tasks_v2.GENERATORS[t](r, "train")) for t in tasks_v2.GENERATORS)
+        make["multi"] = lambda r: tasks_v2.multi_turn(r, "train", r.randint(2, 8))
+        make["copy"] = lambda r: tasks_v2.gen_copy(r, "train")
+        gens = [(t, make[t], w) for t, w in parse_mix(args.mix).items() if w > 0]
     else:
         Pt = Pools(held=False)
         gens = [("classify", lambda r: gen_classify(r, Pt), 1), ("extract", lambda r: gen_extract(r, Pt), 1),

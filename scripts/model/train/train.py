@@ -68,7 +68,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat import answer_mask  # noqa: E402
+from chat import answer_mask, turn_weights  # noqa: E402
 from model import Config, Llama, latest_checkpoint, n_params  # noqa: E402
 
 
@@ -105,12 +105,16 @@ def get_args():
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--layer-dropout", type=float, default=0.0, help="drop rate of the last layer")
     ap.add_argument("--early-exit", type=float, default=0.0, help="weight of the early-exit loss")
+    ap.add_argument("--distill", type=float, default=0.0,
+                    help="weight of a second pass with --layer-dropout, trained toward the full model")
     ap.add_argument("--exit-rotation", type=int, default=4)
     ap.add_argument("--exit-from", type=int, default=1, help="first layer with an early exit")
     ap.add_argument("--induction", type=float, default=0.0,
                     help="share of sequences replaced by repeated spans (copy training)")
     ap.add_argument("--answer-loss", action="store_true",
                     help="loss on the assistant turns only (meta.json: assistant_header, im_end)")
+    ap.add_argument("--turn-weight", type=float, default=0.0,
+                    help="with --answer-loss: an answer's tokens weigh its length ** -W (1: every answer the same)")
     ap.add_argument("--until-copy", type=float, default=0.0,
                     help="end the run at the first evaluation whose copy accuracy reaches this")
     return ap.parse_args()
@@ -170,28 +174,39 @@ def repeat_sequence(data, n, vocab, rng):
     return np.asarray(xs[:n + 1], dtype=np.int64), np.asarray(mask[1:n + 1])
 
 
-def skip_loss(model, xy, a, step, device, tmask=None):
-    """Cross-entropy of the full model on XY (with layer dropout when asked)
-    plus the weighted early-exit losses of this step's exits; TMASK [B, T]
-    (optional) says which targets count."""
+def skip_loss(model, xy, a, step, device, tweight=None):
+    """Cross-entropy of the model on XY plus the weighted early-exit losses of
+    this step's exits; TWEIGHT [B, T] (optional) weighs the targets (0: not
+    counted; the loss is the weighted mean). Layer dropout applies to that
+    pass, or with --distill D to a second pass (the student) that adds
+    D x KL(full model || student) on the same weights, the full model's side
+    held fixed."""
     L = model.c.n_layers
     keep = layer_keep(a, L, xy.shape[0], step, device)
+    student_keep, keep = (keep, None) if a.distill > 0 else (None, keep)
     exits = [i for i in range(a.exit_from, L - 1) if (i + step) % a.exit_rotation == 0] if a.early_exit > 0 else []
-    y = xy[:, 1:]
-    if tmask is not None:
-        y = y.masked_fill(~tmask, -100)
-    y = y.reshape(-1)
-    n = max(1, int((y != -100).sum()))  # a micro-batch with no counted target adds 0, not NaN
+    y = xy[:, 1:].reshape(-1)
+    w = torch.ones_like(y, dtype=torch.float32) if tweight is None else tweight.reshape(-1).float()
+    w = w / w.sum().clamp(min=1e-6)  # a micro-batch with no counted target adds 0, not NaN
+
+    def rows(lg):
+        return lg.float().reshape(-1, lg.shape[-1])
 
     def ce(lg):
-        return F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), y, reduction="sum") / n
-    if not exits:
-        return ce(model(xy[:, :-1], keep=keep))
+        return (F.cross_entropy(rows(lg), y, reduction="none") * w).sum()
     logits, hs = model(xy[:, :-1], keep=keep, return_hidden=True)
     loss = ce(logits)
-    w = [i / (L - 1) for i in exits]
-    ex = sum(wi * ce(model.exit_logits(hs[i + 1])) for i, wi in zip(exits, w))
-    return loss + a.early_exit * ex / sum(w)
+    if exits:
+        ew = [i / (L - 1) for i in exits]
+        ex = sum(wi * ce(model.exit_logits(hs[i + 1])) for i, wi in zip(exits, ew))
+        loss = loss + a.early_exit * ex / sum(ew)
+    if student_keep is not None:
+        on = w > 0
+        teacher = F.log_softmax(rows(logits.detach())[on], -1)
+        student = F.log_softmax(rows(model(xy[:, :-1], keep=student_keep))[on], -1)
+        kl = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
+        loss = loss + a.distill * (kl * w[on]).sum()
+    return loss
 
 
 @torch.no_grad()
@@ -251,14 +266,15 @@ def main():
     data_dir = a.data_dir or os.path.join(a.ckpt_dir, "data")
     data = read_tokens(data_dir, "train.bin")
     held = np.asarray(read_tokens(data_dir, "heldout.bin"))
-    amask = None
+    aweight = None
     if a.answer_loss:
         meta = json.load(open(os.path.join(data_dir, "meta.json")))
         if "assistant_header" not in meta:
             sys.exit(f"train.py: --answer-loss: {data_dir}/meta.json has no assistant_header"
                      " (make_data.py writes it since 2026-12-07)")
-        amask = answer_mask(data, meta["assistant_header"], meta["im_end"])
-        print(f"--answer-loss: {amask.mean():.3f} of the targets count", flush=True)
+        aweight = answer_mask(data, meta["assistant_header"], meta["im_end"])
+        print(f"--answer-loss: {aweight.mean():.3f} of the targets count", flush=True)
+        aweight = turn_weights(aweight, a.turn_weight)
 
     ck_path = latest_checkpoint(a.ckpt_dir)
     if ck_path:
@@ -350,13 +366,13 @@ def main():
                 if p + seq + 1 > len(data):
                     p = 0
                 xs.append(np.asarray(data[p:p + seq + 1], dtype=np.int64))
-                ms.append(amask[p + 1:p + seq + 1] if amask is not None else np.ones(seq, dtype=bool))
+                ms.append(aweight[p + 1:p + seq + 1] if aweight is not None else np.ones(seq, dtype=np.float32))
                 state["pos"] = p + seq
             xy = torch.from_numpy(np.stack(xs)).to(device)
-            tmask = (torch.from_numpy(np.stack(ms)).to(device)
-                     if a.induction > 0 or amask is not None else None)
+            tweight = (torch.from_numpy(np.stack(ms).astype(np.float32)).to(device)
+                       if a.induction > 0 or aweight is not None else None)
             with torch.autocast(device, dtype=torch.bfloat16):
-                loss = skip_loss(model, xy, a, state["step"] * (B // mb) + m0 // mb, device, tmask)
+                loss = skip_loss(model, xy, a, state["step"] * (B // mb) + m0 // mb, device, tweight)
             (loss * (mb / B)).backward()
             tot_loss += loss.item() * mb / B
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)

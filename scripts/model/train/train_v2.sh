@@ -8,6 +8,7 @@
 #   FROM_V1=1 sh scripts/model/train/train_v2.sh cpu  # the same, continuing the v1 model
 #   sh scripts/model/train/train_v2.sh copy CKPT DATA # teach a trained checkpoint to copy
 #   sh scripts/model/train/train_v2.sh tune CKPT TOK  # tune a CPU checkpoint on the answers
+#   sh scripts/model/train/train_v2.sh skip CKPT TOK  # then train it to be skipped
 #
 # GPU: the machine has PyTorch but no SentencePiece and no package access, and
 # at most 64 MiB travels each way (16 MiB a file back), so the token stream is
@@ -44,7 +45,13 @@
 # all the copy documents the model ended up copying the instruction into its
 # answers), the LayerSkip recipe; on the CPU at a 512 context for TUNE_MINUTES
 # (40), data and checkpoints in $V2CPU/tune (re-running `tune` resumes);
-# `gpu` ends with the same phase at 2,048 for 1.5 minutes (TUNE_GPU_ARGS).
+# skip: after tune, two phases on data with three times the yes/no questions
+# (SKIP_MIX) that train the model with layers dropped toward the full model's
+# answers (SKIP: --distill, layer i dropped with probability 0.4 i/15; a
+# second pass, so half the tokens a minute): 45 minutes (SKIP_MINUTES_I),
+# then 35 with --turn-weight 0.5 (SKIP_MINUTES_J), checkpoints in
+# $V2CPU/skip/{i,j}. `gpu` ends with one phase of both at 2,048 for 1.5
+# minutes (TUNE_GPU_ARGS) on the SKIP_MIX data.
 # TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
 # gives the runs.
 set -eu
@@ -56,7 +63,9 @@ RECIPE="--layer-dropout 0.2 --early-exit 0.3 --exit-from 4"
 SHAPE="--layers 24 --dim 192 --heads 6 --kv-heads 2 --ffn 512 --seq 2048"
 TRAIN_ARGS=${TRAIN_ARGS:-"$SHAPE $RECIPE --induction 0.2 --exit-rotation 4 --batch 64 --micro 16 --lr 2e-3 --min-lr 2e-4 --max-tokens 100e6 --max-minutes 7 --threads 16 --seed 0"}
 TUNE="--answer-loss --induction 0 --lr 5e-4 --min-lr 5e-5 --max-tokens 1e9"
-TUNE_GPU_ARGS=${TUNE_GPU_ARGS:-"$TUNE $RECIPE --exit-rotation 4 --seq 2048 --batch 64 --micro 16 --max-minutes 1.5 --threads 16 --seed 0"}
+SKIP_MIX="yesno=6,copy=1"
+SKIP="--layer-dropout 0.4 --distill 1"
+TUNE_GPU_ARGS=${TUNE_GPU_ARGS:-"$TUNE $RECIPE $SKIP --turn-weight 0.5 --exit-rotation 4 --seq 2048 --batch 64 --micro 16 --max-minutes 1.5 --threads 16 --seed 0"}
 V2CPU=${V2CPU:-/work/ilpd-train-v2cpu}
 CPU_ARGS=${CPU_ARGS:-"--device cpu --threads 2 --seed 0 --eval-every 100 $RECIPE --exit-rotation 8"}
 
@@ -70,13 +79,19 @@ context_phase() {
         --batch 4 --micro 1 --lr 5e-4 --min-lr 1e-4 --eval-windows 8 --max-minutes ${CPU_MINUTES_B:-15} >> "$d/train.log" 2>&1
 }
 
-# tune_data DIR TOKENIZER_MODEL: the tuning data, in DIR/data (DIR/models: the
-# tokenizer and the held-out split, the same as the main data's)
+# tune_data DIR TOKENIZER_MODEL MIX: the tuning data, in DIR/data (DIR/models:
+# the tokenizer and the held-out split, the same as the main data's)
 tune_data() {
     mkdir -p "$1/models"
     cp "$2" "$1/models/tokenizer.model"
     [ -f "$1/data/train.bin" ] || /usr/bin/python3 "$T/make_data.py" --recipe v2 --skip-tokenizer --vocab 4096 \
-        --task-frac 0.85 --epochs 4 --copy-weight 1 --out "$1/data" --models "$1/models"
+        --task-frac 0.85 --epochs 4 --mix "$3" --out "$1/data" --models "$1/models"
+}
+
+# gpu_failed: a training step of `gpu` failed; show why (the log is in $OUT) and stop
+gpu_failed() {
+    tail -40 "$OUT/train.log" >&2
+    exit 1
 }
 
 case "${1:-}" in
@@ -87,7 +102,7 @@ prepare)
         --out "$G/data" --models "$G/models"
     xz -T2 -6 -f "$G/data/train.bin"
     rm -rf "$G/tune"
-    tune_data "$G/tune" "$G/models/tokenizer.model"
+    tune_data "$G/tune" "$G/models/tokenizer.model" "$SKIP_MIX"
     xz -T2 -6 -f "$G/tune/data/train.bin"
     du -sh "$G"
     ;;
@@ -95,9 +110,10 @@ gpu)
     [ -n "${OUT:-}" ] || { echo "train_v2.sh gpu: \$OUT is not set (run it through the device tool)" >&2; exit 2; }
     PYTHONUNBUFFERED=1 $PY "$T/train.py" --ckpt-dir /tmp/v2ck --data-dir "$G/data" --device cuda \
         --vocab "$($PY -c "import json;print(json.load(open('$G/data/meta.json'))['vocab'])")" $TRAIN_ARGS \
-        | tee "$OUT/train.log"
+        > "$OUT/train.log" 2>&1 || gpu_failed
     PYTHONUNBUFFERED=1 $PY "$T/train.py" --ckpt-dir /tmp/v2tune --data-dir "$G/tune/data" --device cuda \
-        --init-from "$(ls /tmp/v2ck/ckpt_*.pt | tail -1)" $TUNE_GPU_ARGS | tee -a "$OUT/train.log"
+        --init-from "$(ls /tmp/v2ck/ckpt_*.pt | tail -1)" $TUNE_GPU_ARGS >> "$OUT/train.log" 2>&1 || gpu_failed
+    grep -E '^step .* heldout' "$OUT/train.log" | tail -8
     { cat /tmp/v2ck/loss.csv; tail -n +2 /tmp/v2tune/loss.csv; } > "$OUT/loss.csv"
     $PY - <<PYEOF
 import glob, torch
@@ -167,12 +183,26 @@ copy)
 tune)
     CK=${2:?usage: train_v2.sh tune CKPT TOKENIZER_MODEL}
     TOKM=${3:?usage: train_v2.sh tune CKPT TOKENIZER_MODEL}
-    tune_data "$V2CPU/tune" "$TOKM"
+    tune_data "$V2CPU/tune" "$TOKM" copy=1
     mkdir -p "$V2CPU/tune/run"
     /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/tune/run" --data-dir "$V2CPU/tune/data" $CPU_ARGS $TUNE \
         --init-from "$CK" --seq 512 --batch 16 --micro 4 --max-minutes ${TUNE_MINUTES:-40} --eval-windows 16 \
         >> "$V2CPU/tune/run/train.log" 2>&1
     echo "checkpoint: $(ls "$V2CPU"/tune/run/ckpt_*.pt | tail -1)"
+    ;;
+skip)
+    CK=${2:?usage: train_v2.sh skip CKPT TOKENIZER_MODEL}
+    TOKM=${3:?usage: train_v2.sh skip CKPT TOKENIZER_MODEL}
+    tune_data "$V2CPU/skip" "$TOKM" "$SKIP_MIX"
+    mkdir -p "$V2CPU/skip/i" "$V2CPU/skip/j"
+    S="--data-dir $V2CPU/skip/data $CPU_ARGS $TUNE $SKIP --seq 512 --batch 16 --micro 4"
+    ls "$V2CPU"/skip/j/ckpt_*.pt >/dev/null 2>&1 ||
+        /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/skip/i" $S --init-from "$CK" \
+            --max-minutes ${SKIP_MINUTES_I:-45} >> "$V2CPU/skip/i/train.log" 2>&1
+    /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/skip/j" $S --turn-weight 0.5 \
+        --init-from "$(ls "$V2CPU"/skip/i/ckpt_*.pt | tail -1)" --max-minutes ${SKIP_MINUTES_J:-35} \
+        >> "$V2CPU/skip/j/train.log" 2>&1
+    echo "checkpoint: $(ls "$V2CPU"/skip/j/ckpt_*.pt | tail -1)"
     ;;
 *)
     sed -n '2,/^set /{/^#/p}' "$0" >&2  # the header comment

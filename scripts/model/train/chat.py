@@ -70,12 +70,9 @@ def turn_weights(mask, power):
     import numpy as np
     m = np.asarray(mask, dtype=bool)
     edges = np.flatnonzero(np.diff(np.concatenate(([0], m.astype(np.int8), [0]))))
-    starts, lens = edges[0::2], edges[1::2] - edges[0::2]
-    run = np.zeros(len(m) + 1, dtype=np.int64)
-    run[starts] = 1
-    run = np.cumsum(run[:-1]) - 1  # the index of the run a position is in (or the last before it)
+    lens = edges[1::2] - edges[0::2]
     w = np.zeros(len(m), dtype=np.float32)
-    w[m] = lens[run[m]].astype(np.float32) ** -power
+    w[m] = np.repeat(lens.astype(np.float32) ** -power, lens)  # the True positions are the runs in order
     return w
 
 

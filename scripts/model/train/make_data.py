@@ -567,7 +567,7 @@ def main():
 
     # ---- training examples per epoch -----------------------------------------
     if args.recipe == "v2":
-        make = dict((t, lambda r, t=t: tasks_v2.GENERATORS[t](r, "train")) for t in tasks_v2.GENERATORS)
+        make = {t: (lambda r, g=g: g(r, "train")) for t, g in tasks_v2.GENERATORS.items()}
         make["multi"] = lambda r: tasks_v2.multi_turn(r, "train", r.randint(2, 8))
         make["copy"] = lambda r: tasks_v2.gen_copy(r, "train")
         gens = [(t, make[t], w) for t, w in parse_mix(args.mix).items() if w > 0]

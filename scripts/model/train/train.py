@@ -192,17 +192,18 @@ def skip_loss(model, xy, a, step, device, tweight=None):
     def rows(lg):
         return lg.float().reshape(-1, lg.shape[-1])
 
-    def ce(lg):
-        return (F.cross_entropy(rows(lg), y, reduction="none") * w).sum()
+    def ce(r):
+        return (F.cross_entropy(r, y, reduction="none") * w).sum()
     logits, hs = model(xy[:, :-1], keep=keep, return_hidden=True)
-    loss = ce(logits)
+    full = rows(logits)
+    loss = ce(full)
     if exits:
         ew = [i / (L - 1) for i in exits]
-        ex = sum(wi * ce(model.exit_logits(hs[i + 1])) for i, wi in zip(exits, ew))
+        ex = sum(wi * ce(rows(model.exit_logits(hs[i + 1]))) for i, wi in zip(exits, ew))
         loss = loss + a.early_exit * ex / sum(ew)
     if student_keep is not None:
         on = w > 0
-        teacher = F.log_softmax(rows(logits.detach())[on], -1)
+        teacher = F.log_softmax(full.detach()[on], -1)
         student = F.log_softmax(rows(model(xy[:, :-1], keep=student_keep))[on], -1)
         kl = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
         loss = loss + a.distill * (kl * w[on]).sum()
@@ -272,9 +273,8 @@ def main():
         if "assistant_header" not in meta:
             sys.exit(f"train.py: --answer-loss: {data_dir}/meta.json has no assistant_header"
                      " (make_data.py writes it since 2026-12-07)")
-        aweight = answer_mask(data, meta["assistant_header"], meta["im_end"])
-        print(f"--answer-loss: {aweight.mean():.3f} of the targets count", flush=True)
-        aweight = turn_weights(aweight, a.turn_weight)
+        aweight = turn_weights(answer_mask(data, meta["assistant_header"], meta["im_end"]), a.turn_weight)
+        print(f"--answer-loss: {(aweight > 0).mean():.3f} of the targets count", flush=True)
 
     ck_path = latest_checkpoint(a.ckpt_dir)
     if ck_path:

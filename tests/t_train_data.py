@@ -13,7 +13,10 @@
 3. make_data.py --mix changes only the weights it names and refuses a task
    it does not know or a weight that is not a number >= 0;
 4. where PyTorch imports: train.py --distill adds nothing when no layer is
-   dropped and a positive KL term when layers are.
+   dropped and a positive KL term when layers are; --dropout-layers A-B
+   drops only layers A..B, the last with --layer-dropout's rate; the flags
+   that would do nothing (--turn-weight without --answer-loss, --distill
+   without --layer-dropout) and a bad range are refused.
 """
 import os
 import random
@@ -105,7 +108,8 @@ def distill_terms():
     torch.manual_seed(0)
     model = Llama(Config(vocab_size=300, dim=32, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16))
     xy = torch.randint(0, 300, (2, 17))
-    base = dict(seed=0, early_exit=0.0, exit_from=1, exit_rotation=4, layer_dropout=0.0, distill=0.0)
+    base = dict(seed=0, early_exit=0.0, exit_from=1, exit_rotation=4, layer_dropout=0.0, distill=0.0,
+                dropout_range=None)
     out = []
     for kw in ({}, {"distill": 1.0, "layer_dropout": 1e-9}, {"distill": 1.0, "layer_dropout": 1.0}):
         a = argparse.Namespace(**dict(base, **kw))
@@ -118,6 +122,36 @@ try:
     full, none_dropped, dropped = distill_terms()
     check("--distill: no layer dropped adds nothing", abs(none_dropped - full) < 1e-6, f"{none_dropped} != {full}")
     check("--distill: dropped layers add a KL term", dropped > full + 1e-4, f"{dropped} <= {full}")
+    import contextlib
+    import io
+    import train
+    a = argparse.Namespace(seed=0, layer_dropout=1.0, dropout_range=(3, 14))
+    keep = train.layer_keep(a, 16, 4000, 0, "cpu")
+    kept = keep.float().mean(1).tolist()
+    check("--dropout-layers 3-14: layers 0-2 and 15 always run", all(kept[i] == 1.0 for i in (0, 1, 2, 15)), str(kept))
+    check("--dropout-layers 3-14: layer 14 drops at the full rate, 3 at 1/12",
+          kept[14] == 0.0 and abs(kept[3] - 11 / 12) < 0.02, f"{kept[3]:.3f} {kept[14]:.3f}")
+
+    def refused(argv):
+        """get_args on ARGV: its error message, or '' when accepted."""
+        old, err = sys.argv, io.StringIO()
+        sys.argv = ["train.py"] + argv
+        try:
+            with contextlib.redirect_stderr(err):
+                train.get_args()
+            return ""
+        except SystemExit:
+            return err.getvalue()
+        finally:
+            sys.argv = old
+    for argv, word in ((["--turn-weight", "0.5"], "--answer-loss"), (["--distill", "1"], "--layer-dropout"),
+                       (["--layer-dropout", "0.4", "--dropout-layers", "5-3"], "--dropout-layers 5-3:"),
+                       (["--layer-dropout", "0.4", "--dropout-layers", "x"], "--dropout-layers x:")):
+        msg = refused(argv)
+        check(f"train.py {' '.join(argv)}: refused, naming {word}", word in msg, msg or "accepted")
+    check("train.py --answer-loss --turn-weight 0.5 --distill 1 --layer-dropout 0.4 --dropout-layers 3-14: accepted",
+          refused(["--answer-loss", "--turn-weight", "0.5", "--distill", "1", "--layer-dropout", "0.4",
+                   "--dropout-layers", "3-14"]) == "")
 except ImportError as e:
     print(f"skip - --distill: {e}")
 print(f"{failed} failed")

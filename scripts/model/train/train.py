@@ -29,7 +29,9 @@ heldout_loss, tok_per_s, copy_acc: eval_copy's induction check).
 Skipping recipe (demo model v2; LayerSkip, Elhoushi et al. 2024):
   --layer-dropout P   layer i of L is dropped for a sequence with probability
                       P * i / (L - 1) (never layer 0), so the model learns to do
-                      without its later layers;
+                      without its later layers; --dropout-layers A-B drops only
+                      layers A..B, layer i with P * (i - A + 1) / (B - A + 1)
+                      (the probe's candidates: the layers it can skip);
   --early-exit E      adds E x the mean cross-entropy of early exits (the shared
                       final norm and head on the hidden state after layer i),
                       weighted by depth i / (L - 1); the exits taken in a step
@@ -104,6 +106,8 @@ def get_args():
     ap.add_argument("--vocab", type=int, default=0, help="0: from tokenizer model")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--layer-dropout", type=float, default=0.0, help="drop rate of the last layer")
+    ap.add_argument("--dropout-layers", default=None, metavar="A-B",
+                    help="only layers A..B drop (default: 1 to the last)")
     ap.add_argument("--early-exit", type=float, default=0.0, help="weight of the early-exit loss")
     ap.add_argument("--distill", type=float, default=0.0,
                     help="weight of a second pass with --layer-dropout, trained toward the full model")
@@ -117,7 +121,18 @@ def get_args():
                     help="with --answer-loss: an answer's tokens weigh its length ** -W (1: every answer the same)")
     ap.add_argument("--until-copy", type=float, default=0.0,
                     help="end the run at the first evaluation whose copy accuracy reaches this")
-    return ap.parse_args()
+    a = ap.parse_args()
+    if a.turn_weight and not a.answer_loss:
+        ap.error("--turn-weight weighs answers: it needs --answer-loss")
+    if a.distill and a.layer_dropout <= 0:
+        ap.error("--distill trains a pass with layers dropped: it needs --layer-dropout")
+    a.dropout_range = None
+    if a.dropout_layers:
+        lo, _, hi = a.dropout_layers.partition("-")
+        if not (lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi)):
+            ap.error(f"--dropout-layers {a.dropout_layers}: expected A-B with 1 <= A <= B")
+        a.dropout_range = (int(lo), int(hi))
+    return a
 
 
 def lr_at(progress, a):
@@ -151,7 +166,9 @@ def layer_keep(a, L, B, step, device):
     if a.layer_dropout <= 0:
         return None
     g = torch.Generator().manual_seed(a.seed * 1000003 + step)
-    p = torch.tensor([a.layer_dropout * i / max(1, L - 1) for i in range(L)])
+    lo, hi = a.dropout_range if a.dropout_range else (1, L - 1)
+    p = torch.tensor([a.layer_dropout * (i - lo + 1) / (hi - lo + 1) if lo <= i <= hi else 0.0
+                      for i in range(L)])
     return (torch.rand(L, B, generator=g) >= p[:, None]).to(device)
 
 
@@ -310,6 +327,8 @@ def main():
         model = Llama(cfg)
         state = {"step": 0, "tokens": 0, "train_seconds": 0.0, "pos": 0}
         ck = None
+    if a.dropout_range and a.dropout_range[1] >= cfg.n_layers:
+        sys.exit(f"train.py: --dropout-layers {a.dropout_layers}: the model has layers 0-{cfg.n_layers - 1}")
     model.to(device)
     print(f"config {cfg.to_dict()}  params {n_params(model)/1e6:.3f} M  data {len(data)} tokens"
           f"  device {device}", flush=True)

@@ -8,8 +8,9 @@
    chat.turn_weights spreads a weight over each answer's tokens
    (train.py --turn-weight);
 2. tasks_v2's classify phrase bank trains only: the held-out split draws the
-   same examples whatever the bank's share, and no bank clause is a held-out
-   template, so the held-out templates stay unseen;
+   same examples whatever the bank's share, no bank clause is a held-out
+   template and none uses a word that only the held-out templates use, so
+   the held-out templates stay unseen;
 3. make_data.py --mix changes only the weights it names and refuses a task
    it does not know or a weight that is not a number >= 0;
 4. where PyTorch imports: train.py --distill adds nothing when no layer is
@@ -20,6 +21,7 @@
 """
 import os
 import random
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "model", "train"))
@@ -86,6 +88,15 @@ check("classify bank: every category is drawn in training",
 held_t = {t.lower().rstrip(".?!") for _, _, t in tasks_v2.held_split(tasks_v2.CLASSIFY_T2, "held")}
 clash = [c for v in tasks_v2.CLASSIFY_BANK.values() for c in v if c.lower() in held_t]
 check("classify bank: no clause is a held-out template", not clash, str(clash))
+# The words the held-out templates use and no training template, context
+# sentence or bank clause did when the bank was last widened (2026-12-07):
+# the bank must not bring them into training.
+HELD_ONLY = {"apartment", "are", "check", "dimensions", "drop", "expected", "handed", "hey", "it's", "lost",
+             "nothing", "off", "product", "recognize", "recommend", "site", "small", "statement", "status",
+             "stuff", "swap", "that", "through", "unpaid", "usually", "watts", "where's", "which"}
+used = sorted({w for v in tasks_v2.CLASSIFY_BANK.values() for c in v
+               for w in re.findall(r"[a-z']+", re.sub(r"\{\w+\}", " ", c.lower())) if w in HELD_ONLY})
+check("classify bank: no word only the held-out templates use", not used, str(used))
 
 mix = make_data.parse_mix("yesno=6,copy=0")
 check("--mix: names replaced, the rest kept",

@@ -45,13 +45,17 @@
 # all the copy documents the model ended up copying the instruction into its
 # answers), the LayerSkip recipe; on the CPU at a 512 context for TUNE_MINUTES
 # (40), data and checkpoints in $V2CPU/tune (re-running `tune` resumes);
-# skip: after tune, two phases on data with three times the yes/no questions
+# skip: after tune, four phases on data with three times the yes/no questions
 # (SKIP_MIX) that train the model with layers dropped toward the full model's
-# answers (SKIP: --distill, layer i dropped with probability 0.4 i/15; a
-# second pass, so half the tokens a minute): 45 minutes (SKIP_MINUTES_I),
-# then 35 with --turn-weight 0.5 (SKIP_MINUTES_J), checkpoints in
-# $V2CPU/skip/{i,j}. `gpu` ends with one phase of both at 2,048 for 1.5
-# minutes (TUNE_GPU_ARGS) on the SKIP_MIX data.
+# answers (--distill; a second pass, so half the tokens a minute): I, 45
+# minutes (SKIP_MINUTES_I) with SKIP (layer i dropped with probability
+# 0.4 i/15); J, 35 (SKIP_MINUTES_J), also --turn-weight 0.5; K, 45
+# (SKIP_MINUTES_K), with SKIP_CPU instead (only the probe's candidate layers
+# drop, 3-14, layer 14 at 0.5; twice the KL weight); L, 40 more
+# (SKIP_MINUTES_L) the same; checkpoints in $V2CPU/skip/{i,j,k,l}; re-running
+# `skip` resumes. `gpu` ends with one phase of K's recipe (SKIP_GPU, the 24
+# layers' candidates) at 2,048 for 1.5 minutes (TUNE_GPU_ARGS) on the
+# SKIP_MIX data.
 # TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
 # gives the runs.
 set -eu
@@ -65,7 +69,9 @@ TRAIN_ARGS=${TRAIN_ARGS:-"$SHAPE $RECIPE --induction 0.2 --exit-rotation 4 --bat
 TUNE="--answer-loss --induction 0 --lr 5e-4 --min-lr 5e-5 --max-tokens 1e9"
 SKIP_MIX="yesno=6,copy=1"
 SKIP="--layer-dropout 0.4 --distill 1"
-TUNE_GPU_ARGS=${TUNE_GPU_ARGS:-"$TUNE $RECIPE $SKIP --turn-weight 0.5 --exit-rotation 4 --seq 2048 --batch 64 --micro 16 --max-minutes 1.5 --threads 16 --seed 0"}
+SKIP_CPU="--layer-dropout 0.5 --dropout-layers 3-14 --distill 2"  # 16 layers: the probe's candidates 3-14
+SKIP_GPU="--layer-dropout 0.5 --dropout-layers 3-22 --distill 2"  # 24 layers: 3-22
+TUNE_GPU_ARGS=${TUNE_GPU_ARGS:-"$TUNE $RECIPE $SKIP_GPU --turn-weight 0.5 --exit-rotation 4 --seq 2048 --batch 64 --micro 16 --max-minutes 1.5 --threads 16 --seed 0"}
 V2CPU=${V2CPU:-/work/ilpd-train-v2cpu}
 CPU_ARGS=${CPU_ARGS:-"--device cpu --threads 2 --seed 0 --eval-every 100 $RECIPE --exit-rotation 8"}
 
@@ -194,15 +200,18 @@ skip)
     CK=${2:?usage: train_v2.sh skip CKPT TOKENIZER_MODEL}
     TOKM=${3:?usage: train_v2.sh skip CKPT TOKENIZER_MODEL}
     tune_data "$V2CPU/skip" "$TOKM" "$SKIP_MIX"
-    mkdir -p "$V2CPU/skip/i" "$V2CPU/skip/j"
-    S="--data-dir $V2CPU/skip/data $CPU_ARGS $TUNE $SKIP --seq 512 --batch 16 --micro 4"
-    ls "$V2CPU"/skip/j/ckpt_*.pt >/dev/null 2>&1 ||
-        /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/skip/i" $S --init-from "$CK" \
-            --max-minutes ${SKIP_MINUTES_I:-45} >> "$V2CPU/skip/i/train.log" 2>&1
-    /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/skip/j" $S --turn-weight 0.5 \
-        --init-from "$(ls "$V2CPU"/skip/i/ckpt_*.pt | tail -1)" --max-minutes ${SKIP_MINUTES_J:-35} \
-        >> "$V2CPU/skip/j/train.log" 2>&1
-    echo "checkpoint: $(ls "$V2CPU"/skip/j/ckpt_*.pt | tail -1)"
+    S="--data-dir $V2CPU/skip/data $CPU_ARGS $TUNE --seq 512 --batch 16 --micro 4"
+    prev=$CK
+    for phase in "i ${SKIP_MINUTES_I:-45} $SKIP" "j ${SKIP_MINUTES_J:-35} $SKIP --turn-weight 0.5" \
+                 "k ${SKIP_MINUTES_K:-45} $SKIP_CPU --turn-weight 0.5" "l ${SKIP_MINUTES_L:-40} $SKIP_CPU --turn-weight 0.5"; do
+        set -- $phase
+        d=$V2CPU/skip/$1 m=$2
+        shift 2
+        mkdir -p "$d"  # a finished phase resumes and ends at once
+        /usr/bin/python3 "$T/train.py" --ckpt-dir "$d" $S "$@" --init-from "$prev" --max-minutes "$m" >> "$d/train.log" 2>&1
+        prev=$(ls "$d"/ckpt_*.pt | tail -1)
+    done
+    echo "checkpoint: $prev"
     ;;
 *)
     sed -n '2,/^set /{/^#/p}' "$0" >&2  # the header comment

@@ -19,6 +19,9 @@
    that would do nothing (--turn-weight without --answer-loss, --distill
    without --layer-dropout) and a bad range are refused.
 """
+import argparse
+import contextlib
+import io
 import os
 import random
 import re
@@ -113,9 +116,6 @@ for bad in ("poems=1", "yesno", "yesno=-1", "yesno=lots"):
 def distill_terms():
     """train.skip_loss on a 4-layer model: (loss without dropping, loss with
     --distill 1 but no layer dropped, loss with the later layers dropped)."""
-    import torch
-    import train
-    from model import Config, Llama
     torch.manual_seed(0)
     model = Llama(Config(vocab_size=300, dim=32, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16))
     xy = torch.randint(0, 300, (2, 17))
@@ -129,13 +129,12 @@ def distill_terms():
 
 
 try:
-    import argparse
+    import torch
+    import train
+    from model import Config, Llama
     full, none_dropped, dropped = distill_terms()
     check("--distill: no layer dropped adds nothing", abs(none_dropped - full) < 1e-6, f"{none_dropped} != {full}")
     check("--distill: dropped layers add a KL term", dropped > full + 1e-4, f"{dropped} <= {full}")
-    import contextlib
-    import io
-    import train
     a = argparse.Namespace(seed=0, layer_dropout=1.0, dropout_range=(3, 14))
     keep = train.layer_keep(a, 16, 4000, 0, "cpu")
     kept = keep.float().mean(1).tolist()

@@ -15,9 +15,10 @@
    it does not know or a weight that is not a number >= 0;
 4. where PyTorch imports: train.py --distill adds nothing when no layer is
    dropped and a positive KL term when layers are; --dropout-layers A-B
-   drops only layers A..B, the last with --layer-dropout's rate; the flags
+   drops only layers A..B, the last with --layer-dropout's rate, and with
+   --dropout-nested the last k of them (k uniform) in each sequence; the flags
    that would do nothing (--turn-weight without --answer-loss, --distill
-   without --layer-dropout) and a bad range are refused.
+   without --layer-dropout) and a bad range or nested rate are refused.
 """
 import argparse
 import contextlib
@@ -119,7 +120,7 @@ def distill_terms():
     torch.manual_seed(0)
     model = Llama(Config(vocab_size=300, dim=32, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16))
     xy = torch.randint(0, 300, (2, 17))
-    base = dict(seed=0, early_exit=0.0, exit_from=1, exit_rotation=4, layer_dropout=0.0, distill=0.0,
+    base = dict(seed=0, dropout_nested=False, early_exit=0.0, exit_from=1, exit_rotation=4, layer_dropout=0.0, distill=0.0,
                 dropout_range=None)
     out = []
     for kw in ({}, {"distill": 1.0, "layer_dropout": 1e-9}, {"distill": 1.0, "layer_dropout": 1.0}):
@@ -135,12 +136,21 @@ try:
     full, none_dropped, dropped = distill_terms()
     check("--distill: no layer dropped adds nothing", abs(none_dropped - full) < 1e-6, f"{none_dropped} != {full}")
     check("--distill: dropped layers add a KL term", dropped > full + 1e-4, f"{dropped} <= {full}")
-    a = argparse.Namespace(seed=0, layer_dropout=1.0, dropout_range=(3, 14))
+    a = argparse.Namespace(seed=0, layer_dropout=1.0, dropout_range=(3, 14), dropout_nested=False)
     keep = train.layer_keep(a, 16, 4000, 0, "cpu")
     kept = keep.float().mean(1).tolist()
     check("--dropout-layers 3-14: layers 0-2 and 15 always run", all(kept[i] == 1.0 for i in (0, 1, 2, 15)), str(kept))
     check("--dropout-layers 3-14: layer 14 drops at the full rate, 3 at 1/12",
           kept[14] == 0.0 and abs(kept[3] - 11 / 12) < 0.02, f"{kept[3]:.3f} {kept[14]:.3f}")
+    a = argparse.Namespace(seed=0, layer_dropout=0.5, dropout_range=(3, 14), dropout_nested=True)
+    keep = train.layer_keep(a, 16, 4000, 0, "cpu").long()
+    n_run = keep[3:15].sum(0)  # candidate layers each sequence runs
+    nested = bool((keep[3:15] == (torch.arange(3, 15)[:, None] < 3 + n_run[None, :]).long()).all())
+    check("--dropout-nested: each sequence drops the last k of 3-14 and runs 0-2 and 15",
+          nested and bool(keep[[0, 1, 2, 15]].all()), str(keep[:, :4].T.tolist()))
+    counts = torch.bincount(12 - n_run, minlength=13).tolist()
+    check("--dropout-nested 0.5: half the sequences drop nothing, k = 1..12 about equally often",
+          abs(counts[0] - 2000) < 150 and all(abs(c - 2000 / 12) < 60 for c in counts[1:]), str(counts))
 
     def refused(argv):
         """get_args on ARGV: its error message, or '' when accepted."""
@@ -156,7 +166,8 @@ try:
             sys.argv = old
     for argv, word in ((["--turn-weight", "0.5"], "--answer-loss"), (["--distill", "1"], "--layer-dropout"),
                        (["--layer-dropout", "0.4", "--dropout-layers", "5-3"], "--dropout-layers 5-3:"),
-                       (["--layer-dropout", "0.4", "--dropout-layers", "x"], "--dropout-layers x:")):
+                       (["--layer-dropout", "0.4", "--dropout-layers", "x"], "--dropout-layers x:"),
+                       (["--dropout-nested"], "--layer-dropout"), (["--dropout-nested", "--layer-dropout", "2"], "P <= 1")):
         msg = refused(argv)
         check(f"train.py {' '.join(argv)}: refused, naming {word}", word in msg, msg or "accepted")
     check("train.py --answer-loss --turn-weight 0.5 --distill 1 --layer-dropout 0.4 --dropout-layers 3-14: accepted",

@@ -32,6 +32,10 @@ Skipping recipe (demo model v2; LayerSkip, Elhoushi et al. 2024):
                       without its later layers; --dropout-layers A-B drops only
                       layers A..B, layer i with P * (i - A + 1) / (B - A + 1)
                       (the probe's candidates: the layers it can skip);
+                      with --dropout-nested a sequence instead drops, with
+                      probability P, the last k layers of that range, k
+                      uniform in 1..B - A + 1: one fixed order (from the top)
+                      that calibration's ranking can then follow;
   --early-exit E      adds E x the mean cross-entropy of early exits (the shared
                       final norm and head on the hidden state after layer i),
                       weighted by depth i / (L - 1); the exits taken in a step
@@ -108,6 +112,8 @@ def get_args():
     ap.add_argument("--layer-dropout", type=float, default=0.0, help="drop rate of the last layer")
     ap.add_argument("--dropout-layers", default=None, metavar="A-B",
                     help="only layers A..B drop (default: 1 to the last)")
+    ap.add_argument("--dropout-nested", action="store_true",
+                    help="drop the last k layers of the range (k uniform), with probability --layer-dropout")
     ap.add_argument("--early-exit", type=float, default=0.0, help="weight of the early-exit loss")
     ap.add_argument("--distill", type=float, default=0.0,
                     help="weight of a second pass with --layer-dropout, trained toward the full model")
@@ -124,6 +130,8 @@ def get_args():
     a = ap.parse_args()
     if a.turn_weight and not a.answer_loss:
         ap.error("--turn-weight weighs answers: it needs --answer-loss")
+    if a.dropout_nested and not 0 < a.layer_dropout <= 1:
+        ap.error("--dropout-nested drops with probability --layer-dropout: it needs 0 < P <= 1")
     if a.distill and a.layer_dropout <= 0:
         ap.error("--distill trains a pass with layers dropped: it needs --layer-dropout")
     a.dropout_range = None
@@ -167,6 +175,12 @@ def layer_keep(a, L, B, step, device):
         return None
     g = torch.Generator().manual_seed(a.seed * 1000003 + step)
     lo, hi = a.dropout_range if a.dropout_range else (1, L - 1)
+    if a.dropout_nested:  # sequence b keeps layers below hi + 1 - k[b]
+        drops = torch.rand(B, generator=g) < a.layer_dropout
+        k = torch.randint(1, hi - lo + 2, (B,), generator=g) * drops
+        first = (hi + 1 - k)[None, :]
+        i = torch.arange(L)[:, None]
+        return ((i < first) | (i > hi)).to(device)
     p = torch.tensor([a.layer_dropout * (i - lo + 1) / (hi - lo + 1) if lo <= i <= hi else 0.0
                       for i in range(L)])
     return (torch.rand(L, B, generator=g) >= p[:, None]).to(device)

@@ -120,8 +120,8 @@ def distill_terms():
     torch.manual_seed(0)
     model = Llama(Config(vocab_size=300, dim=32, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16))
     xy = torch.randint(0, 300, (2, 17))
-    base = dict(seed=0, dropout_nested=False, early_exit=0.0, exit_from=1, exit_rotation=4, layer_dropout=0.0, distill=0.0,
-                dropout_range=None)
+    base = dict(seed=0, early_exit=0.0, exit_from=1, exit_rotation=4, layer_dropout=0.0, distill=0.0,
+                dropout_range=None, dropout_nested=False)
     out = []
     for kw in ({}, {"distill": 1.0, "layer_dropout": 1e-9}, {"distill": 1.0, "layer_dropout": 1.0}):
         a = argparse.Namespace(**dict(base, **kw))
@@ -167,7 +167,8 @@ try:
     for argv, word in ((["--turn-weight", "0.5"], "--answer-loss"), (["--distill", "1"], "--layer-dropout"),
                        (["--layer-dropout", "0.4", "--dropout-layers", "5-3"], "--dropout-layers 5-3:"),
                        (["--layer-dropout", "0.4", "--dropout-layers", "x"], "--dropout-layers x:"),
-                       (["--dropout-nested"], "--layer-dropout"), (["--dropout-nested", "--layer-dropout", "2"], "P <= 1")):
+                       (["--dropout-nested"], "--layer-dropout"),
+                       (["--dropout-nested", "--layer-dropout", "2"], "P <= 1")):
         msg = refused(argv)
         check(f"train.py {' '.join(argv)}: refused, naming {word}", word in msg, msg or "accepted")
     check("train.py --answer-loss --turn-weight 0.5 --distill 1 --layer-dropout 0.4 --dropout-layers 3-14: accepted",

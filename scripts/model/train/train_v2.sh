@@ -52,8 +52,9 @@
 # 0.4 i/15); J, 35 (SKIP_MINUTES_J), also --turn-weight 0.5; K, 45
 # (SKIP_MINUTES_K), with SKIP_CPU instead (only the probe's candidate layers
 # drop, 3-14, layer 14 at 0.5; twice the KL weight); L, 40 more
-# (SKIP_MINUTES_L) the same; checkpoints in $V2CPU/skip/{i,j,k,l}; re-running
-# `skip` resumes. `gpu` ends with one phase of K's recipe (SKIP_GPU, the 24
+# (SKIP_MINUTES_L) the same; N, 40 (SKIP_MINUTES_N), with SKIP_NESTED (every
+# student pass drops the top 1-8 of layers 7-14); checkpoints in
+# $V2CPU/skip/{i,j,k,l,n}; re-running `skip` resumes. `gpu` ends with one phase of K's recipe (SKIP_GPU, the 24
 # layers' candidates) at 2,048 for 1.5 minutes (TUNE_GPU_ARGS) on the
 # SKIP_MIX data.
 # TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
@@ -70,6 +71,7 @@ TUNE="--answer-loss --induction 0 --lr 5e-4 --min-lr 5e-5 --max-tokens 1e9"
 SKIP_MIX="yesno=6,copy=1"
 SKIP="--layer-dropout 0.4 --distill 1"
 SKIP_CPU="--layer-dropout 0.5 --dropout-layers 3-14 --distill 2"  # 16 layers: the probe's candidates 3-14
+SKIP_NESTED="--layer-dropout 1 --dropout-layers 7-14 --dropout-nested --distill 1"  # 16 layers: N
 SKIP_GPU="--layer-dropout 0.5 --dropout-layers 3-22 --distill 2"  # 24 layers: 3-22
 TUNE_GPU_ARGS=${TUNE_GPU_ARGS:-"$TUNE $RECIPE $SKIP_GPU --turn-weight 0.5 --exit-rotation 4 --seq 2048 --batch 64 --micro 16 --max-minutes 1.5 --threads 16 --seed 0"}
 V2CPU=${V2CPU:-/work/ilpd-train-v2cpu}
@@ -203,7 +205,8 @@ skip)
     S="--data-dir $V2CPU/skip/data $CPU_ARGS $TUNE --seq 512 --batch 16 --micro 4"
     prev=$CK
     for phase in "i ${SKIP_MINUTES_I:-45} $SKIP" "j ${SKIP_MINUTES_J:-35} $SKIP --turn-weight 0.5" \
-                 "k ${SKIP_MINUTES_K:-45} $SKIP_CPU --turn-weight 0.5" "l ${SKIP_MINUTES_L:-40} $SKIP_CPU --turn-weight 0.5"; do
+                 "k ${SKIP_MINUTES_K:-45} $SKIP_CPU --turn-weight 0.5" "l ${SKIP_MINUTES_L:-40} $SKIP_CPU --turn-weight 0.5" \
+                 "n ${SKIP_MINUTES_N:-40} $SKIP_NESTED --turn-weight 0.5"; do
         set -- $phase
         d=$V2CPU/skip/$1 m=$2
         shift 2

@@ -45,7 +45,7 @@
 # all the copy documents the model ended up copying the instruction into its
 # answers), the LayerSkip recipe; on the CPU at a 512 context for TUNE_MINUTES
 # (40), data and checkpoints in $V2CPU/tune (re-running `tune` resumes);
-# skip: after tune, four phases on data with three times the yes/no questions
+# skip: after tune, five phases on data with three times the yes/no questions
 # (SKIP_MIX) that train the model with layers dropped toward the full model's
 # answers (--distill; a second pass, so half the tokens a minute): I, 45
 # minutes (SKIP_MINUTES_I) with SKIP (layer i dropped with probability
@@ -54,9 +54,9 @@
 # drop, 3-14, layer 14 at 0.5; twice the KL weight); L, 40 more
 # (SKIP_MINUTES_L) the same; N, 40 (SKIP_MINUTES_N), with SKIP_NESTED (every
 # student pass drops the top 1-8 of layers 7-14); checkpoints in
-# $V2CPU/skip/{i,j,k,l,n}; re-running `skip` resumes. `gpu` ends with one phase of K's recipe (SKIP_GPU, the 24
-# layers' candidates) at 2,048 for 1.5 minutes (TUNE_GPU_ARGS) on the
-# SKIP_MIX data.
+# $V2CPU/skip/{i,j,k,l,n}; re-running `skip` resumes. `gpu` ends with one
+# phase of K's recipe (SKIP_GPU, the 24 layers' candidates) at 2,048 for 1.5
+# minutes (TUNE_GPU_ARGS) on the SKIP_MIX data.
 # TRAIN_ARGS (GPU) and CPU_ARGS (CPU) override the recipes; models/README.md
 # gives the runs.
 set -eu

@@ -58,12 +58,16 @@ for p in r["prompts"]:
     assert p["exact_match"] == (p["answer_full"] == p["answer_probe"]), p
     if p["exact_match"]:
         assert p["kv_bytes_probe"] * 16 == p["kv_bytes_full"] * (16 - skipped), p
-classes = set(r["classes"])
-assert classes == {"classify", "yesno", "story", "total"}, classes
+c = r["classes"]
+assert set(c) == {"classify", "yesno", "story", "structured", "total"}, set(c)
+assert c["structured"]["prompts"] == c["classify"]["prompts"] + c["yesno"]["prompts"] == 4, c["structured"]
+for k in ("layers_skipped_mean", "exact_match"):  # structured: classify and yesno, not story
+    want = (c["classify"][k] + c["yesno"][k]) / 2
+    assert abs(c["structured"][k] - want) < 1e-9, (k, c["structured"][k], want)
 print("ok")
 EOF
 )
-[ $rc -eq 0 ] && [ "$out" = ok ]; check "eval --json: per prompt the mask, skipped layers, status, exact match and KV bytes agree; every class reported" $? "exit $rc: $out $(tail -3 "$T/eval.log")"
+[ $rc -eq 0 ] && [ "$out" = ok ]; check "eval --json: per prompt the mask, skipped layers, status, exact match and KV bytes agree; every class reported, and structured sums classify and yesno" $? "exit $rc: $out $(tail -3 "$T/eval.log")"
 
 # K is the calibration's choice: the features come from layer K and the candidates start there.
 cal "$T/k5.json" 3 -k 5; rc=$?

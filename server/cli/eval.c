@@ -239,68 +239,78 @@ done:
     free(la.text.text);
 }
 
-/* The per-class and total summary of CLASSES[0..n_classes) into ROOT's
- * "classes" and, without --json (JSON 0), on stdout. */
+static void class_sum_add(class_sum *dst, const class_sum *x) {
+    dst->n += x->n;
+    dst->exact += x->exact;
+    dst->agree += x->agree;
+    dst->total += x->total;
+    dst->skipped += x->skipped;
+    dst->tok_s_full += x->tok_s_full;
+    dst->tok_s_probe += x->tok_s_probe;
+    dst->ttft_full += x->ttft_full;
+    dst->ttft_probe += x->ttft_probe;
+    dst->kv_full += x->kv_full;
+    dst->kv_probe += x->kv_probe;
+    dst->ll_exact += x->ll_exact;
+    dst->ll_tok_s += x->ll_tok_s;
+    dst->ll_drafted += x->ll_drafted;
+    dst->ll_accepted += x->ll_accepted;
+    dst->ll_verifications += x->ll_verifications;
+}
+
+/* One summary row, X, into CLS (JSON) and, without --json (JSON 0), on stdout. */
+static void class_report(const engine_info *in, const class_sum *x, int json, cJSON *cls) {
+    int cand = in->n_layers - in->probe_k - 1;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return;
+    cJSON_AddNumberToObject(j, "prompts", x->n);
+    cJSON_AddNumberToObject(j, "skip_rate", cand > 0 ? x->skipped / x->n / cand : 0);
+    cJSON_AddNumberToObject(j, "layers_skipped_mean", x->skipped / x->n);
+    cJSON_AddNumberToObject(j, "agreement", x->total ? x->agree / x->total : 1);
+    cJSON_AddNumberToObject(j, "exact_match", (double)x->exact / x->n);
+    cJSON_AddNumberToObject(j, "tok_s_full", x->tok_s_full / x->n);
+    cJSON_AddNumberToObject(j, "tok_s_probe", x->tok_s_probe / x->n);
+    cJSON_AddNumberToObject(j, "ttft_ms_full", x->ttft_full / x->n);
+    cJSON_AddNumberToObject(j, "ttft_ms_probe", x->ttft_probe / x->n);
+    cJSON_AddNumberToObject(j, "kv_bytes_full", x->kv_full / x->n);
+    cJSON_AddNumberToObject(j, "kv_bytes_probe", x->kv_probe / x->n);
+    double acc = x->ll_drafted ? x->ll_accepted / x->ll_drafted : 0;
+    double per_verif = x->ll_verifications ? (x->ll_accepted + x->ll_verifications) / x->ll_verifications : 0;
+    double speedup = x->tok_s_full > 0 ? x->ll_tok_s / x->tok_s_full : 0;
+    cJSON_AddNumberToObject(j, "lossless_identical", (double)x->ll_exact / x->n);
+    cJSON_AddNumberToObject(j, "lossless_acceptance", acc);
+    cJSON_AddNumberToObject(j, "lossless_tokens_per_verification", per_verif);
+    cJSON_AddNumberToObject(j, "tok_s_lossless", x->ll_tok_s / x->n);
+    cJSON_AddNumberToObject(j, "lossless_speedup", speedup);
+    cJSON_AddItemToObject(cls, x->cls, j);
+    if (json) return;
+    printf("%-10s prompts %3d  skip rate %5.1f%% (%.2f layers)  agreement %6.2f%%  exact %5.1f%%  tok/s %.1f -> %.1f  "
+           "ttft %.1f -> %.1f ms  KV %.0f -> %.0f bytes\n",
+           x->cls, x->n, cand > 0 ? 100 * x->skipped / x->n / cand : 0, x->skipped / x->n,
+           x->total ? 100 * x->agree / x->total : 100, 100.0 * x->exact / x->n, x->tok_s_full / x->n,
+           x->tok_s_probe / x->n, x->ttft_full / x->n, x->ttft_probe / x->n, x->kv_full / x->n, x->kv_probe / x->n);
+    printf("%-10s lossless: identical %5.1f%%  drafts kept %5.1f%% (%.0f/%.0f)  tokens/verification %.2f  "
+           "tok/s %.1f -> %.1f (%.2fx off)\n",
+           x->cls, 100.0 * x->ll_exact / x->n, 100 * acc, x->ll_accepted, x->ll_drafted, per_verif,
+           x->tok_s_full / x->n, x->ll_tok_s / x->n, speedup);
+}
+
+/* The summary of CLASSES[0..n_classes) into ROOT's "classes" and, without
+ * --json (JSON 0), on stdout: a row a class, then "structured" (the classes
+ * with short structured answers, classify, extract and yesno, whose figures
+ * the skipping bars are set on) where any ran, then "total". */
 static void classes_report(const engine_info *in, const class_sum *classes, int n_classes, int json, cJSON *root) {
     cJSON *cls = cJSON_AddObjectToObject(root, "classes");
     if (!cls) return;
-    class_sum tot = {.cls = "total"};
-    for (int c = 0; c <= n_classes; c++) {
-        const class_sum *x = c < n_classes ? &classes[c] : &tot;
-        if (c < n_classes) {
-            tot.n += x->n;
-            tot.exact += x->exact;
-            tot.agree += x->agree;
-            tot.total += x->total;
-            tot.skipped += x->skipped;
-            tot.tok_s_full += x->tok_s_full;
-            tot.tok_s_probe += x->tok_s_probe;
-            tot.ttft_full += x->ttft_full;
-            tot.ttft_probe += x->ttft_probe;
-            tot.kv_full += x->kv_full;
-            tot.kv_probe += x->kv_probe;
-            tot.ll_exact += x->ll_exact;
-            tot.ll_tok_s += x->ll_tok_s;
-            tot.ll_drafted += x->ll_drafted;
-            tot.ll_accepted += x->ll_accepted;
-            tot.ll_verifications += x->ll_verifications;
-        }
-        if (!x->n) continue;
-        int cand = in->n_layers - in->probe_k - 1;
-        cJSON *j = cJSON_CreateObject();
-        if (!j) continue;
-        cJSON_AddNumberToObject(j, "prompts", x->n);
-        cJSON_AddNumberToObject(j, "skip_rate", cand > 0 ? x->skipped / x->n / cand : 0);
-        cJSON_AddNumberToObject(j, "layers_skipped_mean", x->skipped / x->n);
-        cJSON_AddNumberToObject(j, "agreement", x->total ? x->agree / x->total : 1);
-        cJSON_AddNumberToObject(j, "exact_match", (double)x->exact / x->n);
-        cJSON_AddNumberToObject(j, "tok_s_full", x->tok_s_full / x->n);
-        cJSON_AddNumberToObject(j, "tok_s_probe", x->tok_s_probe / x->n);
-        cJSON_AddNumberToObject(j, "ttft_ms_full", x->ttft_full / x->n);
-        cJSON_AddNumberToObject(j, "ttft_ms_probe", x->ttft_probe / x->n);
-        cJSON_AddNumberToObject(j, "kv_bytes_full", x->kv_full / x->n);
-        cJSON_AddNumberToObject(j, "kv_bytes_probe", x->kv_probe / x->n);
-        double acc = x->ll_drafted ? x->ll_accepted / x->ll_drafted : 0;
-        double per_verif = x->ll_verifications ? (x->ll_accepted + x->ll_verifications) / x->ll_verifications : 0;
-        double speedup = x->tok_s_full > 0 ? x->ll_tok_s / x->tok_s_full : 0;
-        cJSON_AddNumberToObject(j, "lossless_identical", (double)x->ll_exact / x->n);
-        cJSON_AddNumberToObject(j, "lossless_acceptance", acc);
-        cJSON_AddNumberToObject(j, "lossless_tokens_per_verification", per_verif);
-        cJSON_AddNumberToObject(j, "tok_s_lossless", x->ll_tok_s / x->n);
-        cJSON_AddNumberToObject(j, "lossless_speedup", speedup);
-        cJSON_AddItemToObject(cls, x->cls, j);
-        if (!json)
-            printf("%-10s prompts %3d  skip rate %5.1f%% (%.2f layers)  agreement %6.2f%%  exact %5.1f%%  tok/s %.1f -> %.1f  "
-                   "ttft %.1f -> %.1f ms  KV %.0f -> %.0f bytes\n",
-                   x->cls, x->n, cand > 0 ? 100 * x->skipped / x->n / cand : 0, x->skipped / x->n,
-                   x->total ? 100 * x->agree / x->total : 100, 100.0 * x->exact / x->n, x->tok_s_full / x->n,
-                   x->tok_s_probe / x->n, x->ttft_full / x->n, x->ttft_probe / x->n, x->kv_full / x->n, x->kv_probe / x->n);
-        if (!json)
-            printf("%-10s lossless: identical %5.1f%%  drafts kept %5.1f%% (%.0f/%.0f)  tokens/verification %.2f  "
-                   "tok/s %.1f -> %.1f (%.2fx off)\n",
-                   x->cls, 100.0 * x->ll_exact / x->n, 100 * acc, x->ll_accepted, x->ll_drafted, per_verif,
-                   x->tok_s_full / x->n, x->ll_tok_s / x->n, speedup);
+    class_sum st = {.cls = "structured"}, tot = {.cls = "total"};
+    for (int c = 0; c < n_classes; c++) {
+        const class_sum *x = &classes[c];
+        class_sum_add(&tot, x);
+        if (!strcmp(x->cls, "classify") || !strcmp(x->cls, "extract") || !strcmp(x->cls, "yesno")) class_sum_add(&st, x);
+        if (x->n) class_report(in, x, json, cls);
     }
+    if (st.n) class_report(in, &st, json, cls);
+    if (tot.n) class_report(in, &tot, json, cls);
 }
 
 int cli_eval(int argc, char **argv) {

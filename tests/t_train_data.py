@@ -18,7 +18,11 @@
    drops only layers A..B, the last with --layer-dropout's rate, and with
    --dropout-nested the last k of them (k uniform) in each sequence; the flags
    that would do nothing (--turn-weight without --answer-loss, --distill
-   without --layer-dropout) and a bad range or nested rate are refused.
+   without --layer-dropout) and a bad range or nested rate are refused;
+   model.forward_cached with layers skipped (the first among them, whose
+   cache stays empty) gives the logits of the full recompute with the same
+   layers skipped, for the prompt and for each token after it
+   (redundancy.py --nested decodes that way).
 """
 import argparse
 import contextlib
@@ -151,6 +155,21 @@ try:
     counts = torch.bincount(12 - n_run, minlength=13).tolist()
     check("--dropout-nested 0.5: half the sequences drop nothing, k = 1..12 about equally often",
           abs(counts[0] - 2000) < 150 and all(abs(c - 2000 / 12) < 60 for c in counts[1:]), str(counts))
+
+    from model import forward_cached
+    torch.manual_seed(1)
+    tiny = Llama(Config(vocab_size=300, dim=32, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16)).eval()
+    ids = torch.randint(0, 300, (1, 12))
+    with torch.no_grad():
+        caches = [dict() for _ in tiny.layers]
+        steps = [forward_cached(tiny, ids[:, :9], caches, (0, 2))[0, -1]]
+        steps += [forward_cached(tiny, ids[:, t:t + 1], caches, (0, 2))[0, -1] for t in range(9, 12)]
+        want = tiny(ids, skip=(0, 2))[0, 8:]
+        unskipped = tiny(ids)[0, 8:]
+    err = max(float((got - w).abs().max()) for got, w in zip(steps, want))
+    check("forward_cached, layers 0 and 2 skipped: the full recompute's logits, prompt and 3 steps after",
+          err < 1e-4 and float((want - unskipped).abs().max()) > 1e-3 and not caches[0] and not caches[2],
+          f"max error {err}")
 
     def refused(argv):
         """get_args on ARGV: its error message, or '' when accepted."""

@@ -44,10 +44,11 @@ def greedy(model, prompt_ids, max_new, stop_id=None):
 
 
 @torch.no_grad()
-def greedy_cached(model, prompt_ids, max_new, stop_id=None):
-    """Like greedy() but with a KV cache (faster; tiny float differences possible)."""
+def greedy_cached(model, prompt_ids, max_new, stop_id=None, skip=()):
+    """Like greedy() but with a KV cache (faster; tiny float differences
+    possible); skip: layer indices to bypass."""
     caches = [dict() for _ in model.layers]
-    logits = forward_cached(model, torch.tensor([list(prompt_ids)]), caches)[0, -1]
+    logits = forward_cached(model, torch.tensor([list(prompt_ids)]), caches, skip)[0, -1]
     out, margins = [], []
     n = len(prompt_ids)
     for _ in range(max_new):
@@ -58,5 +59,5 @@ def greedy_cached(model, prompt_ids, max_new, stop_id=None):
         n += 1
         if (stop_id is not None and nxt == stop_id) or n >= model.c.max_seq_len:
             break
-        logits = forward_cached(model, torch.tensor([[nxt]]), caches)[0, -1]
+        logits = forward_cached(model, torch.tensor([[nxt]]), caches, skip)[0, -1]
     return out, margins

@@ -164,17 +164,19 @@ class Llama(nn.Module):
 
 
 @torch.no_grad()
-def forward_cached(model, idx, caches):
+def forward_cached(model, idx, caches, skip=()):
     """Incremental forward: idx [1, T_new]; caches: list of dicts (one per
-    layer, initially empty).  Returns logits [1, T_new, V]."""
+    layer, initially empty); skip: layer indices to bypass (their caches stay
+    empty).  Returns logits [1, T_new, V]."""
     c = model.c
-    past = caches[0]["k"].shape[2] if caches and "k" in caches[0] else 0
+    past = next((c["k"].shape[2] for c in caches if "k" in c), 0)
     T = idx.shape[1]
     x = model.tok_emb(idx)
     cos, sin = model.cos[past:past + T], model.sin[past:past + T]
     mask = torch.full((T, past + T), float("-inf")).triu(past + 1)
-    for layer, cache in zip(model.layers, caches):
-        x = layer(x, cos, sin, mask, cache)
+    for i, (layer, cache) in enumerate(zip(model.layers, caches)):
+        if i not in skip:
+            x = layer(x, cos, sin, mask, cache)
     return model.output(model.norm(x))
 
 

@@ -102,6 +102,15 @@ def nested_rows(model, tok, folder, n, lo, hi):
     return rows
 
 
+def print_table(caption, columns, rows):
+    """CAPTION, then a Markdown table of COLUMNS and ROWS (cells), numbers right-aligned."""
+    print(f"\n{caption}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * (len(columns) - 1))
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", default=None)
@@ -124,21 +133,15 @@ def main():
     out = {"checkpoint": path, "step": ck["state"]["step"]}
     if a.per_task > 0:
         out["rows"], head = layer_rows(model, tok, a.heldout, a.per_task)
-        print(f"\n{head}\n")
-        print("| layer | 1 - cos(in, out) | top-1 agree (all) | top-1 agree (answer) | dNLL answer |")
-        print("|---:|---:|---:|---:|---:|")
-        for r in out["rows"]:
-            print(f"| {r['layer']} | {r['one_minus_cos']:.4f} | {r['top1_all']:.3f} | {r['top1_answer']:.3f} "
-                  f"| {r['dnll_answer']:+.3f} |")
+        print_table(head, ("layer", "1 - cos(in, out)", "top-1 agree (all)", "top-1 agree (answer)", "dNLL answer"),
+                    [(r["layer"], f"{r['one_minus_cos']:.4f}", f"{r['top1_all']:.3f}", f"{r['top1_answer']:.3f}",
+                      f"{r['dnll_answer']:+.3f}") for r in out["rows"]])
     if a.nested:
         out["nested"] = nested_rows(model, tok, a.heldout, a.n, int(lo), int(hi))
-        print(f"\nGreedy answers identical to full depth, top layers of {a.nested} removed "
-              f"({a.n} held-out prompts a task):\n")
-        print("| removed | classify | extract | yes/no | structured |")
-        print("|---|---:|---:|---:|---:|")
-        for r in out["nested"]:
-            print(f"| {r['first']}-{hi} ({r['removed']}) | {r['classify']:.2f} | {r['extract']:.2f} "
-                  f"| {r['yesno']:.2f} | {r['structured']:.3f} |")
+        print_table(f"Greedy answers identical to full depth, top layers of {a.nested} removed "
+                    f"({a.n} held-out prompts a task):", ("removed", "classify", "extract", "yes/no", "structured"),
+                    [(f"{r['first']}-{hi} ({r['removed']})", f"{r['classify']:.2f}", f"{r['extract']:.2f}",
+                      f"{r['yesno']:.2f}", f"{r['structured']:.3f}") for r in out["nested"]])
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

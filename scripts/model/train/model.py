@@ -169,7 +169,7 @@ def forward_cached(model, idx, caches, skip=()):
     layer, initially empty); skip: layer indices to bypass (their caches stay
     empty).  Returns logits [1, T_new, V]."""
     c = model.c
-    past = next((c["k"].shape[2] for c in caches if "k" in c), 0)
+    past = next((kv["k"].shape[2] for kv in caches if "k" in kv), 0)
     T = idx.shape[1]
     x = model.tok_emb(idx)
     cos, sin = model.cos[past:past + T], model.sin[past:past + T]

@@ -763,6 +763,56 @@ static emit_status emit_token(gen *g, int32_t tok, int pos, int forced) {
     return EMIT_MORE;
 }
 
+/* The gap between the largest and the second largest of N logits. */
+static float logit_margin(const float *v, int n) {
+    float a = v[0], b = -INFINITY;
+    for (int i = 1; i < n; i++) {
+        if (v[i] > a) b = a, a = v[i];
+        else if (v[i] > b) b = v[i];
+    }
+    return a - b;
+}
+
+/* Approximate mode's gate (gp->gate_margin): when the token g->logits
+ * decides was decided with layers skipped and its margin is below the
+ * gate, every layer gets a KV cache and positions 0..g->pos-1 (the prompt,
+ * the answer so far, then the g->pos - g->n_hist tokens EXTRA that follow
+ * it) run again at full depth, leaving the last one's logits in g->logits;
+ * the request runs at full depth from then on. The prompt runs as one batch
+ * and the answer in batches of at most KB_EXACT_ROWS rows, as full depth
+ * runs them, so that what follows is what full depth answers after the same
+ * tokens (bit for bit on the CPU backend). Returns 0, -1 when the backend
+ * failed, -2 when out of memory. */
+static int gate(gen *g, const int32_t *extra) {
+    engine_result *res = g->res;
+    const model *m = &g->e->model;
+    kb_backend *kb = g->e->kb;
+    model_state *st = g->st;
+    if (g->gp->skip_mode != ENGINE_SKIP_APPROXIMATE || g->gp->gate_margin <= 0 || res->gated_at >= 0 ||
+        !res->n_skipped || logit_margin(g->logits, m->n_vocab) >= g->gp->gate_margin)
+        return 0;
+    uint8_t full[MASK_MAX_LAYERS];
+    memset(full, 1, sizeof full);
+    if (model_state_set_mask(st, m, kb, full, res->error, sizeof res->error)) return -2;
+    res->gated_at = res->n_generated;
+    res->kv_bytes = st->kv_bytes;
+    int step = st->max_rows < KB_EXACT_ROWS ? st->max_rows : KB_EXACT_ROWS, n = 0;
+    for (int at = 0; at < g->pos; at += n) {
+        int32_t rows[KB_EXACT_ROWS];
+        const int32_t *tok = g->hist + at;
+        n = at ? (g->pos - at < step ? g->pos - at : step) : res->n_prompt;
+        if (at + n > g->n_hist) { /* the answer's end and the extra tokens */
+            for (int i = 0; i < n; i++) rows[i] = at + i < g->n_hist ? g->hist[at + i] : extra[at + i - g->n_hist];
+            tok = rows;
+        }
+        model_embed(m, kb, st, tok, n);
+        model_forward_layers(m, kb, st, n, at, 0, m->n_layers);
+        if (kb_error(kb)) return -1;
+    }
+    model_logits(m, kb, st, n - 1, 1, g->logits);
+    return kb_error(kb) ? -1 : 0;
+}
+
 /* One decode step: TOK (the last emitted token), then the tokens the output
  * grammar forces after it (jump-forward), go through the model as one batch
  * at g->pos; OUT gets those forced tokens, then the next sampled one (the
@@ -783,6 +833,8 @@ static int pick_plain(gen *g, int32_t tok, int32_t *out, int *n_out) {
     model_logits(m, kb, g->st, n_forced, 1, g->logits);
     if (kb_error(kb)) return -1;
     g->pos += 1 + n_forced;
+    int rc = gate(g, batch + 1);
+    if (rc) return rc;
     memcpy(out, batch + 1, (size_t)n_forced * sizeof *out);
     out[n_forced] = constrain_sample(g->con, g->sm, g->logits);
     *n_out = n_forced + 1;
@@ -1011,6 +1063,7 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     double t0 = now_ms();
     memset(res, 0, sizeof *res);
     res->stop_index = -1;
+    res->gated_at = -1;
     res->retryable = 1;
     res->n_prompt = n_prompt;
     res->skip_mode = gp->skip_mode;
@@ -1119,9 +1172,12 @@ restart: /* without the cache, when its entry lacks a layer this request compute
     if (rc < 0) goto backend_error;
     model_logits(m, e->kb, &st, rows - 1, 1, g.logits);
     if (kb_error(e->kb)) goto backend_error;
+    g.pos = n_prompt;
+    rc = gate(&g, NULL);
+    if (rc == -2) goto oom;
+    if (rc < 0) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
-    g.pos = n_prompt;
     int32_t tok = constrain_sample(con, &sm, g.logits);
     if (tok < 0) goto oom;
     emit_status es = cancelled(gp) ? EMIT_CANCEL : emit_token(&g, tok, g.pos, 0);

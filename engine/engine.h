@@ -162,7 +162,19 @@ typedef struct {
      * reach on_text (engine/answer.h). Thinking tokens count in max_tokens;
      * stop strings do not apply to them. */
     int thinking;
+    /* Approximate mode's gate: when a token decided with layers skipped had
+     * a top-1/top-2 logit margin below GATE_MARGIN, the rest of the answer
+     * runs at full depth (every skipped layer's KV is computed then, for the
+     * prompt and the answer so far) and that token is decided again. 0: no
+     * gate, the mask holds for the whole request. */
+    float gate_margin;
 } engine_gen_params;
+
+/* The gate margin the server and the CLI use unless told otherwise: on the
+ * demo model's held-out structured prompts it keeps 99.7 % of approximate
+ * answers identical to full depth (97.0 % without) while skipping nearly
+ * as much (README, "Approximate mode's gate"). */
+#define ENGINE_GATE_MARGIN 1.0f
 
 typedef struct {
     /* Once, after the layer mask is final and before any text: MASK has
@@ -207,6 +219,7 @@ typedef struct {
     engine_skip_mode skip_mode; /* the mode the request ran in */
     int n_drafted, n_accepted;  /* lossless: drafted tokens, and those the full model kept */
     int n_verifications;        /* lossless: batched verification passes */
+    int gated_at;               /* approximate mode: the answer token from which the gate ran every layer, or -1 */
     int retryable;              /* for ENGINE_STOP_ERROR: 0 when a retry fails the same way */
     int n_cache_read;           /* prompt tokens whose KV came from the prompt cache */
     int n_cache_created;        /* prompt tokens newly kept in it */

@@ -26,6 +26,7 @@ void cfg_defaults(cfg *c) {
     c->json_depth = 64;
     c->max_body_bytes = 32u << 20;
     c->hint_max_deviation = 0.15f;
+    c->skip_gate = ENGINE_GATE_MARGIN;
     c->shutdown_grace_s = 30;
     c->ping_interval_ms = 1000;
     c->connection_timeout_s = 30;
@@ -50,7 +51,7 @@ void cfg_usage(void) {
             "                  [--api-key KEY]... [--api-key-sha256 HEX]... [--device auto|cpu|cuda] [--queue 32]\n"
             "                  [--strict-model] [--chat-template NAME] [--max-body-bytes N] [--layer-skip on|off]\n"
             "                  [--probe FILE] [--probe-dir DIR] [--hint-max-deviation 0.15] [--kv-f16]\n"
-            "                  [--skip-mode lossless|approximate|off]\n"
+            "                  [--skip-mode lossless|approximate|off] [--skip-gate 1.0]\n"
             "                  [--log-level debug|info|warn|error] [--shutdown-grace S] [--request-timeout S]\n"
             "                  [--rate-limit-rpm N] [--rate-limit-burst N] [--keep-warm S] [--kv-budget-mb 4096]\n"
             "                  [--prompt-cache-mb 512] [--draft-cache-tokens 65536]\n"
@@ -62,6 +63,15 @@ static int set_str(char **dst, const char *v) {
     if (!s) return -1;
     free(*dst);
     *dst = s;
+    return 0;
+}
+
+/* V as a number in [LO, HI] into *OUT; 0, or -1 (OUT untouched). */
+static int parse_float(const char *v, double lo, double hi, float *out) {
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d >= lo && d <= hi)) return -1;
+    *out = (float)d;
     return 0;
 }
 
@@ -133,12 +143,10 @@ static int cfg_set(cfg *c, const char *key, const char *v, const char **why) {
         c->max_body_bytes = (size_t)x;
         return 0;
     }
-    if (!strcmp(key, "hint_max_deviation")) {
-        char *end;
-        double d = strtod(v, &end);
-        if (end == v || *end || !(d >= 0 && d <= 1)) return -1;
-        c->hint_max_deviation = (float)d;
-        return 0;
+    if (!strcmp(key, "hint_max_deviation")) return parse_float(v, 0, 1, &c->hint_max_deviation);
+    if (!strcmp(key, "skip_gate")) {
+        *why = "expected a logit margin from 0 to 100";
+        return parse_float(v, 0, 100, &c->skip_gate);
     }
     if (!strcmp(key, "strict_model")) return parse_bool(v, &c->strict_model);
     if (!strcmp(key, "layer_skip")) return parse_bool(v, &c->layer_skip);

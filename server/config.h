@@ -18,6 +18,7 @@ typedef struct {
     int skip_mode;           /* engine_skip_mode of requests without x-layer-mode (lossless) */
     size_t max_body_bytes;
     float hint_max_deviation;
+    float skip_gate;         /* approximate mode's gate margin (engine_gen_params.gate_margin; 0: none) */
     int shutdown_grace_s, ping_interval_ms, connection_timeout_s, request_timeout_s, keep_warm_s;
     /* testing: faults injected into the N-th generation (engine_params) */
     int test_kv_fail_request, test_scratch_fail_request, test_kernel_fail_request, test_kernel_fail_token;

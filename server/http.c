@@ -86,8 +86,10 @@ static engine_skip_mode request_mode(struct MHD_Connection *c) {
 
 /* x-layer-mode (the mode the request ran in) and, once the generation is
  * over (a whole answer, not a stream's first bytes): Server-Timing (ttft:
- * the prompt and the first token; decode: the tokens after it, in ms) and,
- * in lossless mode, x-layer-draft: ACCEPTED/DRAFTED tokens. */
+ * the prompt and the first token; decode: the tokens after it, in ms),
+ * in lossless mode x-layer-draft: ACCEPTED/DRAFTED tokens, and in
+ * approximate mode, when the gate ran every layer from an answer token on,
+ * x-layer-gated: that token's index. */
 static void mode_headers(struct MHD_Response *resp, engine_skip_mode mode, const engine_result *done) {
     MHD_add_response_header(resp, "x-layer-mode", engine_skip_mode_name(mode));
     if (!done) return;
@@ -96,6 +98,10 @@ static void mode_headers(struct MHD_Response *resp, engine_skip_mode mode, const
     snprintf(v, sizeof v, "ttft;dur=%.3f, decode;dur=%.3f", done->n_generated > 0 ? done->ttft_ms : done->total_ms,
              decode > 0 ? decode : 0);
     MHD_add_response_header(resp, "server-timing", v);
+    if (mode == ENGINE_SKIP_APPROXIMATE && done->gated_at >= 0) {
+        snprintf(v, sizeof v, "%d", done->gated_at);
+        MHD_add_response_header(resp, "x-layer-gated", v);
+    }
     if (mode != ENGINE_SKIP_LOSSLESS) return;
     snprintf(v, sizeof v, "%d/%d", done->n_accepted, done->n_drafted);
     MHD_add_response_header(resp, "x-layer-draft", v);
@@ -258,6 +264,7 @@ static enum MHD_Result handle_messages(struct MHD_Connection *c, req_ctx *r) {
         return send_error(c, r, 400, "invalid_request_error", msg, -1);
     }
     j->skip_mode = request_mode(c);
+    j->gate_margin = S->cfg->skip_gate;
     j->tenant = r->tenant;
     const char *hint = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-layer-hint");
     if (hint) {

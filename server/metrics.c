@@ -32,7 +32,7 @@ static struct {
     histogram duration, ttft, itl, skipped;
     unsigned long long prompt_tokens, output_tokens;
     unsigned long long layer_status[3], hints[4];
-    unsigned long long modes[3], drafted, accepted, verifications;
+    unsigned long long modes[3], drafted, accepted, verifications, gated;
     int waiting, running;
     size_t kv_bytes;
     pcache_stats cache;
@@ -100,13 +100,14 @@ void metrics_generation(int prompt_tokens, int output_tokens, double ttft_s, dou
 
 static const char *mode_names[3] = {"lossless", "approximate", "off"};
 
-void metrics_draft(const char *mode, int drafted, int accepted, int verifications) {
+void metrics_draft(const char *mode, int drafted, int accepted, int verifications, int gated) {
     int m = index_of(mode, mode_names, 3);
     pthread_mutex_lock(&M.lock);
     if (m >= 0) M.modes[m]++;
     M.drafted += (unsigned long long)drafted;
     M.accepted += (unsigned long long)accepted;
     M.verifications += (unsigned long long)verifications;
+    M.gated += gated != 0;
     pthread_mutex_unlock(&M.lock);
 }
 
@@ -203,6 +204,8 @@ char *metrics_render(const char *model_name, const char *device) {
             "# TYPE ilpd_draft_accepted_tokens_total counter\nilpd_draft_accepted_tokens_total %llu\n", M.accepted);
     out(&b, "# HELP ilpd_draft_verifications_total Batched verification passes of the full model.\n"
             "# TYPE ilpd_draft_verifications_total counter\nilpd_draft_verifications_total %llu\n", M.verifications);
+    out(&b, "# HELP ilpd_layer_gated_total Approximate-mode generations the gate sent to full depth (an unsure token).\n"
+            "# TYPE ilpd_layer_gated_total counter\nilpd_layer_gated_total %llu\n", M.gated);
     out(&b, "# HELP ilpd_kv_cache_bytes KV cache bytes held by the running generation.\n# TYPE ilpd_kv_cache_bytes gauge\n"
             "ilpd_kv_cache_bytes %zu\n", M.kv_bytes);
     out(&b, "# HELP ilpd_prompt_cache_hits_total Requests that started from a kept prompt.\n"

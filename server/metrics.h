@@ -14,9 +14,10 @@ void metrics_request(const char *route, int status, double seconds);
 /* A finished generation. */
 void metrics_generation(int prompt_tokens, int output_tokens, double ttft_s, double decode_s, const char *layer_status,
                         int layers_skipped, const char *hint_status);
-/* A finished generation's layer mode ("lossless", "approximate", "off") and,
- * in lossless mode, its drafted and accepted tokens and verification passes. */
-void metrics_draft(const char *mode, int drafted, int accepted, int verifications);
+/* A finished generation's layer mode ("lossless", "approximate", "off");
+ * in lossless mode, its drafted and accepted tokens and verification passes;
+ * in approximate mode, GATED: 1 when the gate sent it to full depth. */
+void metrics_draft(const char *mode, int drafted, int accepted, int verifications, int gated);
 void metrics_queue(int waiting, int running);
 void metrics_kv_bytes(size_t bytes);
 /* The prompt cache's counts after a request (engine/prefix_cache.h). */

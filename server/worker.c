@@ -320,8 +320,8 @@ static void run_job(worker *w, job *j) {
                             .top_k = j->req.top_k, .stop = (const char *const *)j->req.stop, .n_stop = j->req.n_stop,
                             .hint = j->has_hint ? j->hint : NULL, .hint_invalid = j->hint_invalid, .cancel = &j->cancel,
                             .tools = &j->req.tools, .format_schema = j->req.format_schema, .skip_mode = j->skip_mode,
-                            .cache_key = j->tenant, .cache_ttl_s = j->req.cache_ttl_s, .cache_hint = j->req.cache_hint,
-                            .thinking = j->req.thinking};
+                            .gate_margin = j->gate_margin, .cache_key = j->tenant, .cache_ttl_s = j->req.cache_ttl_s,
+                            .cache_hint = j->req.cache_hint, .thinking = j->req.thinking};
     gp.seed = (uint64_t)(now_s() * 1e6);
     engine_callbacks cb = {.on_start = on_start, .on_token = on_token, .on_text = on_text, .on_thinking = on_thinking,
                            .on_tool_start = on_tool_start, .on_tool_input = on_tool_input, .on_tool_end = on_tool_end,
@@ -337,7 +337,8 @@ static void run_job(worker *w, job *j) {
         metrics_generation(j->n_prompt, j->res.n_generated, j->res.ttft_ms / 1e3, (j->res.last_token_ms - j->res.ttft_ms) / 1e3,
                            engine_layer_status_name(j->res.layer_status), j->res.n_skipped, hint_status_name(j->res.hint_status));
     if (j->res.reason != ENGINE_STOP_ERROR)
-        metrics_draft(engine_skip_mode_name(j->res.skip_mode), j->res.n_drafted, j->res.n_accepted, j->res.n_verifications);
+        metrics_draft(engine_skip_mode_name(j->res.skip_mode), j->res.n_drafted, j->res.n_accepted, j->res.n_verifications,
+                      j->res.gated_at >= 0);
     finish(j);
 }
 

@@ -46,6 +46,7 @@ typedef struct job {
     uint8_t hint[MASK_MAX_LAYERS];
     int has_hint, hint_invalid;
     engine_skip_mode skip_mode;  /* x-layer-mode, or the configured default */
+    float gate_margin;           /* approximate mode's gate (skip_gate) */
     uint64_t tenant;             /* the prompt cache's key (http.c) */
     char request_id[40], msg_id[40];
 

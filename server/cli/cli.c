@@ -17,6 +17,7 @@
 typedef struct {
     const char *model, *prompt, *system, *mask_b64, *mask_list, *tokens, *out, *chat_template, *probe;
     engine_skip_mode skip_mode;
+    float gate;          /* approximate mode's gate margin */
     int n_predict, n_ctx, n_threads, chat, no_bos, kv_f16, top_k;
     float temp, top_p;
     unsigned long long seed;
@@ -29,7 +30,7 @@ typedef struct {
 static const char generate_usage[] =
     "  ilpd generate -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
     "                [--layer-mask BASE64 | --mask 1,0,...] [--chat] [--system TEXT] [--stop STR]...\n"
-    "                [-c CTX] [-t THREADS] [--skip-mode lossless|approximate|off] [--probe PROBE.json]\n";
+    "                [-c CTX] [-t THREADS] [--skip-mode lossless|approximate|off] [--skip-gate 1.0] [--probe PROBE.json]\n";
 static const char tokenize_usage[] = "  ilpd tokenize -m MODEL [--no-bos] TEXT\n";
 static const char inspect_usage[] = "  ilpd inspect  -m MODEL\n";
 static const char logits_usage[] =
@@ -107,6 +108,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
     o->seed = 42;
     o->device = ENGINE_DEVICE_CPU;
     o->skip_mode = ENGINE_SKIP_LOSSLESS;
+    o->gate = ENGINE_GATE_MARGIN;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -131,6 +133,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
             if (m < 0) { fprintf(stderr, "ilpd: --skip-mode expects lossless, approximate or off\n"); return -1; }
             o->skip_mode = (engine_skip_mode)m;
         }
+        else if (!strcmp(a, "--skip-gate")) { NEED_VALUE(); if (parse_num(a, v, 0, 100, &d)) return -1; o->gate = (float)d; }
         else if (!strcmp(a, "--tokens")) { NEED_VALUE(); o->tokens = v; }
         else if (!strcmp(a, "-o")) { NEED_VALUE(); o->out = v; }
         else if (!strcmp(a, "--chat-template")) { NEED_VALUE(); o->chat_template = v; }
@@ -246,7 +249,8 @@ static int cmd_generate(const cli_opts *o) {
     }
     engine_gen_params gp = {.max_tokens = o->n_predict, .temperature = o->temp, .top_p = o->top_p,
                             .top_k = o->top_k, .seed = o->seed, .stop = o->stop, .n_stop = o->n_stop,
-                            .layer_mask = has_mask ? mask : NULL, .skip_mode = o->skip_mode};
+                            .layer_mask = has_mask ? mask : NULL, .skip_mode = o->skip_mode,
+                            .gate_margin = o->gate};
     engine_callbacks cb = {.on_text = print_text};
     engine_result res;
     engine_generate(e, tokens, n, &gp, &cb, &res);
@@ -255,10 +259,10 @@ static int cmd_generate(const cli_opts *o) {
         goto done;
     }
     log_msg(LOG_INFO, "generated",
-            "%d prompt tokens, %d generated (%s), prefill %.1f ms, %.2f tok/s, KV %zu bytes, mode %s, draft %d/%d in %d verifications",
+            "%d prompt tokens, %d generated (%s), prefill %.1f ms, %.2f tok/s, KV %zu bytes, mode %s, draft %d/%d in %d verifications, gated at %d",
             n, res.n_generated, engine_stop_reason_name(res.reason), res.prefill_ms,
             res.n_generated > 1 ? (res.n_generated - 1) / ((res.last_token_ms - res.ttft_ms) / 1e3) : 0.0, res.kv_bytes,
-            engine_skip_mode_name(res.skip_mode), res.n_accepted, res.n_drafted, res.n_verifications);
+            engine_skip_mode_name(res.skip_mode), res.n_accepted, res.n_drafted, res.n_verifications, res.gated_at);
     rc = 0;
 done:
     free(tokens);

@@ -19,8 +19,9 @@
 
 const char cli_eval_usage[] =
     "  ilpd eval     -m MODEL --data PROMPTS.jsonl [--probe PROBE.json] [-n N] [--json] [--ppl-text FILE]\n"
-    "                [-t THREADS] [-c CTX] [--max-prompts N] [--draft-always] [--no-draft-cache]\n"
-    "                (--draft-always: lossless mode drafts whenever it can, not only when its cost model expects a gain;\n"
+    "                [-t THREADS] [-c CTX] [--max-prompts N] [--draft-always] [--no-draft-cache] [--gate 1.0]\n"
+    "                (--gate: approximate mode's gate margin, 0 for none;\n"
+    "                 --draft-always: lossless mode drafts whenever it can, not only when its cost model expects a gain;\n"
     "                 --no-draft-cache: no drafts from the answers to earlier prompts, which lossless mode keeps\n"
     "                 otherwise, as the server does; the full-depth and approximate answers are never kept)\n";
 
@@ -52,15 +53,16 @@ typedef struct {
 static int answer_token(void *ud, int32_t id) { return measure_id_collect(&((answer *)ud)->ids, id); }
 static int answer_text(void *ud, const char *t, size_t n) { return collect_text(&((answer *)ud)->text, t, n); }
 
-/* One greedy generation in MODE; FORCED: a mask, or NULL to let the probe decide. */
+/* One greedy generation in MODE (approximate mode with the gate margin
+ * GATE); FORCED: a mask, or NULL to let the probe decide. */
 static int run_answer(engine *e, const int32_t *prompt, int n, int n_gen, const uint8_t *forced, engine_skip_mode mode,
-                      answer *a, engine_result *res) {
+                      float gate, answer *a, engine_result *res) {
     memset(a, 0, sizeof *a);
     a->ids.ids = malloc((size_t)n_gen * sizeof *a->ids.ids);
     if (!a->ids.ids) return -1;
     a->ids.cap = n_gen;
     engine_gen_params gp = {.max_tokens = n_gen, .temperature = 0, .top_p = 1, .layer_mask = forced, .skip_mode = mode,
-                            .lookup_off = mode != ENGINE_SKIP_LOSSLESS};
+                            .lookup_off = mode != ENGINE_SKIP_LOSSLESS, .gate_margin = gate};
     engine_callbacks cb = {.on_token = answer_token, .on_text = answer_text, .ud = a};
     engine_generate(e, prompt, n, &gp, &cb, res);
     if (res->reason == ENGINE_STOP_ERROR) return -1;
@@ -74,7 +76,7 @@ static double gen_tok_s(const engine_result *r) {
 
 typedef struct {
     char cls[64];
-    int n, exact;
+    int n, exact, gated;                   /* gated: approximate answers the gate sent to full depth */
     double agree, total, skipped, tok_s_full, tok_s_probe, ttft_full, ttft_probe, kv_full, kv_probe;
     int ll_exact;                          /* lossless answers identical to full depth */
     double ll_tok_s, ll_drafted, ll_accepted, ll_verifications;
@@ -162,10 +164,10 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
      * pages for its buffers): odd prompts run lossless first, even ones off */
     int ll_first = i % 2;
     if (n < 1 || n + o->n_gen >= in->n_ctx ||
-        (ll_first && run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_LOSSLESS, &la, &rl)) ||
-        run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_OFF, &full, &rf) ||
-        run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_APPROXIMATE, &pa, &rp) ||
-        (!ll_first && run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_LOSSLESS, &la, &rl))) {
+        (ll_first && run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_LOSSLESS, 0, &la, &rl)) ||
+        run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_OFF, 0, &full, &rf) ||
+        run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_APPROXIMATE, o->gate, &pa, &rp) ||
+        (!ll_first && run_answer(e, prompt, n, o->n_gen, NULL, ENGINE_SKIP_LOSSLESS, 0, &la, &rl))) {
         fprintf(stderr, "eval: prompt %d skipped (too long or failed)\n", i);
         goto done;
     }
@@ -191,7 +193,9 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
     c->ll_verifications += rl.n_verifications;
     c->agree += agree;
     c->total += full.ids.n;
-    c->skipped += rp.n_skipped;
+    /* a gated answer skipped its layers for the tokens before the gate only */
+    c->skipped += rp.gated_at >= 0 && rp.n_generated ? rp.n_skipped * (double)rp.gated_at / rp.n_generated : rp.n_skipped;
+    c->gated += rp.gated_at >= 0;
     c->tok_s_full += gen_tok_s(&rf);
     c->tok_s_probe += gen_tok_s(&rp);
     c->ttft_full += rf.ttft_ms;
@@ -208,6 +212,7 @@ static void eval_prompt(engine *e, const probe_opts *o, const prompt_spec *spec,
         cJSON_AddStringToObject(r, "mask", ms);
         cJSON_AddNumberToObject(r, "layers_skipped", rp.n_skipped);
         cJSON_AddNumberToObject(r, "confidence", rp.probe_confidence);
+        cJSON_AddNumberToObject(r, "gated_at", rp.gated_at);
         cJSON_AddNumberToObject(r, "agreement", full.ids.n ? (double)agree / full.ids.n : 1);
         cJSON_AddBoolToObject(r, "exact_match", exact);
         cJSON_AddNumberToObject(r, "tok_s_full", gen_tok_s(&rf));
@@ -242,6 +247,7 @@ done:
 static void class_sum_add(class_sum *dst, const class_sum *x) {
     dst->n += x->n;
     dst->exact += x->exact;
+    dst->gated += x->gated;
     dst->agree += x->agree;
     dst->total += x->total;
     dst->skipped += x->skipped;
@@ -268,6 +274,7 @@ static void class_report(const engine_info *in, const class_sum *x, int json, cJ
     cJSON_AddNumberToObject(j, "layers_skipped_mean", x->skipped / x->n);
     cJSON_AddNumberToObject(j, "agreement", x->total ? x->agree / x->total : 1);
     cJSON_AddNumberToObject(j, "exact_match", (double)x->exact / x->n);
+    cJSON_AddNumberToObject(j, "gated", (double)x->gated / x->n);
     cJSON_AddNumberToObject(j, "tok_s_full", x->tok_s_full / x->n);
     cJSON_AddNumberToObject(j, "tok_s_probe", x->tok_s_probe / x->n);
     cJSON_AddNumberToObject(j, "ttft_ms_full", x->ttft_full / x->n);
@@ -284,10 +291,10 @@ static void class_report(const engine_info *in, const class_sum *x, int json, cJ
     cJSON_AddNumberToObject(j, "lossless_speedup", speedup);
     cJSON_AddItemToObject(cls, x->cls, j);
     if (json) return;
-    printf("%-10s prompts %3d  skip rate %5.1f%% (%.2f layers)  agreement %6.2f%%  exact %5.1f%%  tok/s %.1f -> %.1f  "
-           "ttft %.1f -> %.1f ms  KV %.0f -> %.0f bytes\n",
+    printf("%-10s prompts %3d  skip rate %5.1f%% (%.2f layers)  agreement %6.2f%%  exact %5.1f%%  gated %d  "
+           "tok/s %.1f -> %.1f  ttft %.1f -> %.1f ms  KV %.0f -> %.0f bytes\n",
            x->cls, x->n, cand > 0 ? 100 * x->skipped / x->n / cand : 0, x->skipped / x->n,
-           x->total ? 100 * x->agree / x->total : 100, 100.0 * x->exact / x->n, x->tok_s_full / x->n,
+           x->total ? 100 * x->agree / x->total : 100, 100.0 * x->exact / x->n, x->gated, x->tok_s_full / x->n,
            x->tok_s_probe / x->n, x->ttft_full / x->n, x->ttft_probe / x->n, x->kv_full / x->n, x->kv_probe / x->n);
     printf("%-10s lossless: identical %5.1f%%  drafts kept %5.1f%% (%.0f/%.0f)  tokens/verification %.2f  "
            "tok/s %.1f -> %.1f (%.2fx off)\n",

@@ -161,6 +161,7 @@ int measure_opts_parse(int argc, char **argv, probe_opts *o) {
     o->holdout = 0.25;
     o->seed = 1;
     o->beam = 8;
+    o->gate = ENGINE_GATE_MARGIN;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(a)) return 1;
@@ -177,6 +178,7 @@ int measure_opts_parse(int argc, char **argv, probe_opts *o) {
         else if (!strcmp(a, "--target-agreement")) o->target = strtof(v, NULL);
         else if (!strcmp(a, "--confidence-floor")) o->floor = strtof(v, NULL);
         else if (!strcmp(a, "--exact-share")) o->exact_share = strtof(v, NULL);
+        else if (!strcmp(a, "--gate")) o->gate = strtof(v, NULL);
         else if (!strcmp(a, "-n")) o->n_gen = atoi(v);
         else if (!strcmp(a, "-t")) o->n_threads = atoi(v);
         else if (!strcmp(a, "-c")) o->ctx = atoi(v);

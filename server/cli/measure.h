@@ -26,6 +26,7 @@ typedef struct {
     int n_gen, n_threads, json, max_prompts, ctx, beam, k; /* k: 0 = the model's default */
     int no_draft_cache;    /* eval: lossless mode without the lookup cache of earlier answers */
     int draft_always;      /* eval: lossless mode drafts whenever it can (acceptance rates; engine_params.spec_always) */
+    float gate;            /* eval: approximate mode's gate margin (engine_gen_params.gate_margin; 0: none) */
     double holdout;
     unsigned long long seed;
 } probe_opts;

@@ -191,7 +191,7 @@ def errors(s):
              "ilpd_requests_running", "ilpd_requests_waiting", "ilpd_layer_status_total", "ilpd_layers_skipped_bucket",
              "ilpd_layer_hints_total", "ilpd_kv_cache_bytes", "ilpd_skip_activation_ratio", "ilpd_skipped_layers_mean",
              "ilpd_layer_mode_total", "ilpd_draft_tokens_total", "ilpd_draft_accepted_tokens_total",
-             "ilpd_draft_verifications_total"]
+             "ilpd_draft_verifications_total", "ilpd_layer_gated_total"]
     missing = [n for n in names if n not in text]
     check(st == 200 and h.get("content-type", "").startswith("text/plain") and not missing,
           "GET /metrics: Prometheus text with the ilpd_ metrics", missing)
@@ -213,7 +213,7 @@ def hints(s):
 
 
 def applied_hint():
-    s = Server("--hint-max-deviation", "0.5", "--max-body-bytes", "65536")
+    s = Server("--hint-max-deviation", "0.5", "--max-body-bytes", "65536", "--skip-gate", "0")
     try:
         hint = mask_b64([1, 1, 0, 1, 1])
         approx = {"x-layer-hint": hint, "x-layer-mode": "approximate"}
@@ -260,6 +260,29 @@ def applied_hint():
               m.get("ilpd_draft_tokens_total", 0) >= m.get("ilpd_draft_accepted_tokens_total", -1) >= 0 and
               m.get("ilpd_draft_verifications_total", 0) > 0,
               "metrics count generations by mode and the drafted, accepted tokens and verifications", m)
+    finally:
+        s.stop()
+
+
+def gate():
+    """Approximate mode's gate: a margin every token falls below sends the
+    answer to full depth at its first token, streamed or not."""
+    s = Server("--hint-max-deviation", "0.5", "--skip-gate", "100")
+    try:
+        approx = {"x-layer-hint": mask_b64([1, 1, 0, 1, 1]), "x-layer-mode": "approximate"}
+        st, h, o = s.json("POST", "/v1/messages", body(), approx)
+        st2, h2, raw = s.request("POST", "/v1/messages", json.dumps(body(stream=True)), approx)
+        st3, h3, o3 = s.json("POST", "/v1/messages", body(), {"x-layer-mode": "off"})
+        st4, h4, o4 = s.json("POST", "/v1/messages", body(), {"x-layer-hint": mask_b64([1] * 5), "x-layer-mode": "approximate"})
+        check(st == st2 == st3 == 200 and h.get("x-layer-gated") == "0" and h.get("x-layer-mask") == approx["x-layer-hint"] and
+              o["content"][0]["text"] == o3["content"][0]["text"] and o["usage"] == o3["usage"] and
+              stream_text(sse(raw)) == o3["content"][0]["text"] and "x-layer-gated" not in h2 and
+              "x-layer-gated" not in h3 and st4 == 200 and "x-layer-gated" not in h4,
+              "approximate mode, --skip-gate 100: the gate runs full depth from the first token (x-layer-gated: 0), "
+              "the answer is off's, streamed too; nothing skipped, nothing gated", (h, h2, h4))
+        st, h, raw = s.request("GET", "/metrics")
+        m = [l for l in raw.decode().splitlines() if l.startswith("ilpd_layer_gated_total ")]
+        check(m == ["ilpd_layer_gated_total 2"], "ilpd_layer_gated_total counts the two gated answers", m)
     finally:
         s.stop()
 
@@ -362,6 +385,7 @@ def main():
         rc, log = s.stop()
     check(rc == 0 and '"event":"request"' in log, "SIGTERM exits 0; one JSON log line per request", rc)
     applied_hint()
+    gate()
     context_budget()
     auth()
     concurrency()

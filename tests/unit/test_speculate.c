@@ -14,7 +14,13 @@
  *    drafts;
  *  - with temperature 1.5 (top-k 4), the sixth token's distribution over
  *    1000 seeds in lossless mode matches mode off (two-sample chi-square),
- *    while approximate mode with the same mask differs (the test can fail).
+ *    while approximate mode with the same mask differs (the test can fail);
+ *  - approximate mode's gate (engine_gen_params.gate_margin): no gate, or a
+ *    mask that skips nothing, never gates; a gate every token falls below
+ *    gates at the first token and answers exactly as mode off, with every
+ *    layer's KV; a gate set between the masked model's margins, at a token
+ *    before which the masked answer still agrees with off, gates at that
+ *    very token and the answer is then off's, byte for byte.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -408,6 +414,100 @@ static void test_sampling_distribution(engine *e) {
     free(prompt);
 }
 
+/* The top-1/top-2 margin of each of the N_ANS answer tokens of SEQ (the
+ * prompt's N tokens, then the answer) under MASK, teacher-forced, into M. */
+static int margins(engine *e, const int32_t *seq, int n, int n_ans, const uint8_t *mask, float *m) {
+    const engine_info *in = engine_get_info(e);
+    float *lg = malloc((size_t)(n + n_ans) * in->n_vocab * sizeof *lg);
+    if (!lg || engine_forward_logits(e, seq, n + n_ans, mask, lg)) {
+        free(lg);
+        return -1;
+    }
+    for (int i = 0; i < n_ans; i++) {
+        const float *row = lg + (size_t)(n - 1 + i) * in->n_vocab;
+        float a = -INFINITY, b = -INFINITY;
+        for (int v = 0; v < in->n_vocab; v++) {
+            if (row[v] > a) b = a, a = row[v];
+            else if (row[v] > b) b = row[v];
+        }
+        m[i] = a - b;
+    }
+    free(lg);
+    return 0;
+}
+
+/* A gate for answer A (N_A tokens) under its mask that first falls at token
+ * j >= 1, where A still agrees with the full-depth answer O (N_O tokens):
+ * its margin at least 0.2 below every earlier one (far beyond the last bits
+ * by which batched and one-row margins differ). Returns j (*GATE set) or -1. */
+static int gate_point(const float *m, const run_out *a, const run_out *o, float *gate) {
+    int best = -1;
+    float lo = m[0];
+    for (int j = 1; j < a->n_toks && j < o->n_toks && a->toks[j - 1] == o->toks[j - 1]; j++) {
+        if (m[j] < lo - 0.2f && (best < 0 || m[j] < m[best])) {
+            best = j;
+            *gate = (m[j] + lo) / 2;
+        }
+        if (m[j] < lo) lo = m[j];
+    }
+    return best;
+}
+
+static void test_gate(engine *e) {
+    const engine_info *in = engine_get_info(e);
+    int32_t *prompts[16] = {0};
+    int lens[16], n = load_prompts(e, prompts, lens, 3);
+    uint8_t mask[MASK_MAX_LAYERS], none[MASK_MAX_LAYERS];
+    memset(mask, 1, sizeof mask);
+    memset(none, 1, sizeof none);
+    for (int l = 9; l < in->n_layers - 1; l += 2) mask[l] = 0; /* answers that mostly agree with off for a while */
+    int ungated = 0, bad_first = 0, mid = 0, bad_mid = 0, deep = 0;
+    for (int i = 0; i < n; i++) {
+        run_out o, a, g;
+        engine_result ro, ra, rg;
+        engine_gen_params gp = {.max_tokens = 32, .top_p = 1, .skip_mode = ENGINE_SKIP_OFF};
+        run(e, prompts[i], lens[i], gp, &o, &ro);
+        gp.skip_mode = ENGINE_SKIP_APPROXIMATE;
+        gp.layer_mask = mask;
+        run(e, prompts[i], lens[i], gp, &a, &ra);
+        ungated += ra.gated_at < 0;
+        gp.layer_mask = none;
+        gp.gate_margin = 1e30f;
+        run(e, prompts[i], lens[i], gp, &g, &rg);
+        ungated += rg.gated_at < 0;
+        gp.layer_mask = mask;
+        run(e, prompts[i], lens[i], gp, &g, &rg);
+        bad_first += !same(&o, &ro, &g, &rg) || rg.gated_at != 0 || rg.kv_bytes != ro.kv_bytes;
+        int32_t *seq = malloc((size_t)(lens[i] + a.n_toks) * sizeof *seq);
+        float *m = malloc((size_t)a.n_toks * sizeof *m), gate = 0;
+        if (!seq || !m) {
+            bad_mid++;
+        } else {
+            memcpy(seq, prompts[i], (size_t)lens[i] * sizeof *seq);
+            memcpy(seq + lens[i], a.toks, (size_t)a.n_toks * sizeof *seq);
+            int j = margins(e, seq, lens[i], a.n_toks, mask, m) ? -2 : gate_point(m, &a, &o, &gate);
+            if (j == -2) bad_mid++;
+            if (j > 0) {
+                gp.gate_margin = gate;
+                run(e, prompts[i], lens[i], gp, &g, &rg);
+                bad_mid += !same(&o, &ro, &g, &rg) || rg.gated_at != j;
+                mid++;
+                deep += j > KB_EXACT_ROWS;
+            }
+        }
+        free(seq);
+        free(m);
+    }
+    CHECK(n == 12 && ungated == 2 * n, "approximate mode: no gate, or a mask that skips nothing, never gates (%d of %d)",
+          ungated, 2 * n);
+    CHECK(bad_first == 0, "a gate every token falls below: %d of %d answers gated at their first token, identical to off "
+          "with off's KV bytes", n - bad_first, n);
+    CHECK(mid >= 4 && deep >= 1 && bad_mid == 0,
+          "a gate between the masked margins: %d of %d answers gated at the expected token (%d past %d tokens), then "
+          "identical to off", mid - bad_mid, mid, deep, KB_EXACT_ROWS);
+    for (int i = 0; i < n; i++) free(prompts[i]);
+}
+
 int main(void) {
     test_ngram();
     test_lookup();
@@ -422,6 +522,7 @@ int main(void) {
     if (e) {
         test_greedy_identical(e);
         test_sampling_distribution(e);
+        test_gate(e);
         engine_close(e);
     }
     p.layer_skip = 0; /* n-gram drafts only */

@@ -453,11 +453,11 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
             snprintf(fields + k, sizeof fields - (size_t)k,
                      ",\"input_tokens\":%d,\"output_tokens\":%d,\"ttft_ms\":%.1f,\"engine_ms\":%.2f,\"stream\":%s,\"stop_reason\":\"%s\","
                      "\"layer_status\":\"%s\",\"layer_mask\":\"%s\",\"layers_skipped\":%d,\"hint_status\":\"%s\","
-                     "\"layer_mode\":\"%s\",\"draft_accepted\":%d,\"draft_drafted\":%d",
+                     "\"layer_mode\":\"%s\",\"draft_accepted\":%d,\"draft_drafted\":%d,\"gated_at\":%d",
                      j->n_prompt, j->res.n_generated, j->res.ttft_ms, j->res.total_ms, j->req.stream ? "true" : "false",
                      engine_stop_reason_name(j->res.reason), engine_layer_status_name(j->layer_status), b64,
                      j->res.n_skipped, hint_status_name(j->hint_outcome), engine_skip_mode_name(j->skip_mode),
-                     j->res.n_accepted, j->res.n_drafted);
+                     j->res.n_accepted, j->res.n_drafted, j->res.gated_at);
         }
         pthread_mutex_unlock(&j->lock);
         job_release(j);

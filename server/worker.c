@@ -328,6 +328,7 @@ static void run_job(worker *w, job *j) {
                            .on_progress = on_progress, .ud = &r};
     if (client_gone(j)) {
         j->res.reason = ENGINE_STOP_CANCELLED;
+        j->res.gated_at = -1;
     } else {
         engine_generate(w->e, j->prompt, j->n_prompt, &gp, &cb, &j->res);
     }

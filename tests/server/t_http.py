@@ -284,7 +284,9 @@ def gate():
         m = [l for l in raw.decode().splitlines() if l.startswith("ilpd_layer_gated_total ")]
         check(m == ["ilpd_layer_gated_total 2"], "ilpd_layer_gated_total counts the two gated answers", m)
     finally:
-        s.stop()
+        _, log = s.stop()
+    gated = [l for l in log.splitlines() if '"event":"request"' in l and '"gated_at":0' in l]
+    check(len(gated) == 2 and '"stream":true' in gated[1], "the request log lines give gated_at (the stream's too)", gated)
 
 
 def auth():

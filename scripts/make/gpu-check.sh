@@ -16,7 +16,9 @@
 #      that mask (the whole program on the GPU), and prints lossless mode's
 #      verify(k) / decode(1) table for k = 1..8 on it (`ilpd bench --verify
 #      --device cuda`);
-#   5. prints a table: generation tok/s, time to first token of the 2048-
+#   5. checks approximate mode's gate on the GPU (the demo model: a gate
+#      every token falls below answers as full depth);
+#   6. prints a table: generation tok/s, time to first token of the 2048-
 #      token prompt, device memory in use, bandwidth, the generation
 #      roofline (bandwidth / bytes a token reads) and the ratio reached.
 # Usage (from the repository root): bash scripts/make/gpu-check.sh
@@ -109,6 +111,21 @@ for t in $TYPES; do
     fi
     [ "$KEEP" = 1 ] || rm -f "$model"
 done
+
+say "approximate mode's gate on the GPU: the demo model, half its candidate layers skipped, a gate every token falls below"
+gate_args=(--device cuda -m models/ilpd-demo-F16.gguf --chat --temp 0 -n 40
+           --system "You are a customer support assistant. Classify the message. Reply only with JSON."
+           -p "Classify this customer message as shipping, returns, product or payment. Message: My card was charged twice.")
+if ./ilpd generate "${gate_args[@]}" --skip-mode off > "$WORK/gate-off.out" 2> "$WORK/gate-off.err" &&
+        ./ilpd generate "${gate_args[@]}" --skip-mode approximate --mask 1,1,1,1,0,1,0,1,0,1,0,1,0,1,0,1 --skip-gate 100 \
+            > "$WORK/gate.out" 2> "$WORK/gate.err" && grep -q "gated at 0" "$WORK/gate.err" &&
+        cmp -s "$WORK/gate-off.out" "$WORK/gate.out"; then
+    echo "gated at the first token, answer identical to full depth: $(cat "$WORK/gate.out")"
+else
+    tail -n 3 "$WORK/gate.err"
+    echo "gpu-check: the gated answer on the GPU is not full depth's ($(cat "$WORK/gate-off.out") / $(cat "$WORK/gate.out"))"
+    status=1
+fi
 
 say "results ($RESULTS)"
 "$PYTHON" - "$RESULTS" <<'EOF'

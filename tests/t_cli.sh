@@ -51,8 +51,10 @@ full=$(printf '\1\1\1\1\1' | cat - <(head -c 27 /dev/zero) | base64 -w0)
 skip=$(printf '\1\1\0\1\1' | cat - <(head -c 27 /dev/zero) | base64 -w0)
 a=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 2>/dev/null)
 b=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$full" 2>/dev/null)
-c=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$skip" --skip-mode approximate 2>/dev/null)
-[ "$a" = "$b" ] && [ "$a" != "$c" ] && [ -n "$c" ]; check "--layer-mask: full mask = default, a skipped layer changes the output (approximate)" $? "'$a' / '$b' / '$c'"
+c=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$skip" --skip-mode approximate --skip-gate 0 2>/dev/null)
+[ "$a" = "$b" ] && [ "$a" != "$c" ] && [ -n "$c" ]; check "--layer-mask: full mask = default, a skipped layer changes the output (approximate, no gate)" $? "'$a' / '$b' / '$c'"
+g=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$skip" --skip-mode approximate --skip-gate 100 2>"${TESTS_TMP:-/tmp}/cli-gate.err")
+[ "$g" = "$a" ] && grep -q "gated at 0" "${TESTS_TMP:-/tmp}/cli-gate.err"; check "--skip-gate 100: the gate sends the masked answer to full depth at its first token (info: gated at 0)" $? "'$g' / $(tail -c 300 "${TESTS_TMP:-/tmp}/cli-gate.err")"
 d=$("$ILPD" generate -m "$M" -p "Once upon a time" -n 20 --temp 0 --layer-mask "$skip" 2>"${TESTS_TMP:-/tmp}/cli-lossless.err")
 [ "$a" = "$d" ] && grep -q "mode lossless, draft [0-9]*/[0-9]* in" "${TESTS_TMP:-/tmp}/cli-lossless.err"
 check "--skip-mode lossless (the default): the skipped layer only drafts, the output stays the full model's; info: counts the drafts" $? "'$a' / '$d' / $(cat "${TESTS_TMP:-/tmp}/cli-lossless.err")"

@@ -45,7 +45,8 @@ EOF
 [ "$out" = ok ]; check "the probe is bound to the model's SHA-256, within 256 parameters, never a fixed layer, ranked per class, exact on its calibration split" $? "$out"
 
 # The probe serves as written: eval with it reports every prompt and class.
-"$ILPD" eval -m "$M" --data "$T/cal.jsonl" --probe "$T/a.json" -n 8 --json >"$T/eval.json" 2>"$T/eval.log"; rc=$?
+# (--gate 0: the mask alone, whose KV bytes the check below counts)
+"$ILPD" eval -m "$M" --data "$T/cal.jsonl" --probe "$T/a.json" -n 8 --gate 0 --json >"$T/eval.json" 2>"$T/eval.log"; rc=$?
 out=$("$PYTHON" - "$T/eval.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -56,6 +57,7 @@ for p in r["prompts"]:
     assert p["mask"][:3] == "111" and p["mask"][-1] == "1", p
     assert (p["layer_status"] == "active") == (skipped > 0), p
     assert p["exact_match"] == (p["answer_full"] == p["answer_probe"]), p
+    assert p["gated_at"] == -1, p
     if p["exact_match"]:
         assert p["kv_bytes_probe"] * 16 == p["kv_bytes_full"] * (16 - skipped), p
 c = r["classes"]

@@ -60,14 +60,14 @@ def main():
     make_synthetic.make_model(model, type="Q8_0", layers=N_LAYERS, seed=40)
     write_fixed_probe(model, probe, N_LAYERS, K, SKIP)
     probe_wire = wire(per_layer(SKIP))
-    s = Server("--probe", probe, "--test-draft-always", "1", model=model)
+    s = Server("--probe", probe, "--test-draft-always", "1", "--skip-gate", "0", model=model)  # the mask, ungated
     try:
         st, h, approx = ask(s, "approximate")
         check(st == 200 and h.get("x-layer-status") == "active" and mask_of(h) == probe_wire,
               "approximate: x-layer-mask is the probe's mask in groups of 2 layers (byte 5 and 10 off, byte 7 on: "
               "layer 14 runs), bytes 20..31 zero", (st, h.get("x-layer-status"), list(mask_of(h))))
         run = subprocess.run([ILPD, "generate", "-m", model, "--chat", "-p", PROMPT, "-n", "12", "--temp", "0",
-                              "--skip-mode", "approximate", "--mask", ",".join(map(str, per_layer(SKIP)))],
+                              "--skip-mode", "approximate", "--skip-gate", "0", "--mask", ",".join(map(str, per_layer(SKIP)))],
                              capture_output=True, text=True)
         check(run.returncode == 0 and run.stdout == approx,
               "approximate: the answer of the masked forward (ilpd generate with the probe's per-layer mask)",

@@ -101,7 +101,7 @@ def skipping(tmp, arch, fam):
     make_synthetic.make_model(model, seed=8, **fam["shape"])
     write_fixed_probe(model, probe, N_LAYERS, K, SKIP)
     wire = bytes(per_layer(SKIP) + [0] * (32 - N_LAYERS))
-    s = Server("--probe", probe, "--test-draft-always", "1", model=model)
+    s = Server("--probe", probe, "--test-draft-always", "1", "--skip-gate", "0", model=model)  # the mask, ungated
     try:
         st, h, o = ask(s, "approximate")
         approx = text_of(o)
@@ -109,7 +109,7 @@ def skipping(tmp, arch, fam):
         check(st == 200 and h.get("x-layer-status") == "active" and mask == wire,
               "%s: approximate: x-layer-mask is the probe's (layers 3 and 6 off)" % arch, (st, dict(h), list(mask)))
         run = subprocess.run([ILPD, "generate", "-m", model, "--chat", "-p", PROMPT, "-n", "12", "--temp", "0",
-                              "--skip-mode", "approximate", "--mask", ",".join(map(str, per_layer(SKIP)))],
+                              "--skip-mode", "approximate", "--skip-gate", "0", "--mask", ",".join(map(str, per_layer(SKIP)))],
                              capture_output=True, text=True)
         check(run.returncode == 0 and run.stdout == approx,
               "%s: approximate: the answer of the masked forward (ilpd generate with the probe's mask)" % arch,

@@ -5,6 +5,8 @@
 # validation head. The demo model: calibrated on one half of its held-out task
 # prompts, evaluated on the other half, with labels that keep whole answers
 # identical (--exact-share: JSON answers must not change). Deterministic (seed 1).
+# The evaluations measure the probe's masks alone (--gate 0); README, "Approximate
+# mode's gate", has the same prompts with the gate.
 set -eu
 cd "$(dirname "$0")/../.."
 SHARED=${1:-../shared}
@@ -17,7 +19,7 @@ if [ -f "$SHARED/models/stories260K/stories260K.gguf" ]; then
     "$ILPD" calibrate -m "$SHARED/models/stories260K/stories260K.gguf" --data "$OUT/stories/calibrate.jsonl" \
         -o config/probes/stories260K.json --target-agreement 0.99 -n 32 --seed 1
     "$ILPD" eval -m "$SHARED/models/stories260K/stories260K.gguf" --data "$OUT/stories/eval.jsonl" \
-        --probe config/probes/stories260K.json -n 32 --json \
+        --probe config/probes/stories260K.json -n 32 --gate 0 --json \
         --ppl-text "$SHARED/data/tinystories/tinystories_val_head.txt" > "$OUT/stories/eval.json"
 fi
 if [ -f models/ilpd-demo-F16.gguf ]; then
@@ -27,7 +29,7 @@ if [ -f models/ilpd-demo-F16.gguf ]; then
     # Perplexity on raw TinyStories text (no chat template), when ../shared has it.
     PPL=$SHARED/data/tinystories/tinystories_val_head.txt
     "$ILPD" eval -m models/ilpd-demo-F16.gguf --data "$OUT/demo/eval.jsonl" \
-        --probe config/probes/ilpd-demo-F16.json -n 48 --json \
+        --probe config/probes/ilpd-demo-F16.json -n 48 --gate 0 --json \
         $( [ -f "$PPL" ] && echo --ppl-text "$PPL" ) > "$OUT/demo/eval.json"
     /usr/bin/python3 scripts/model/plot_eval.py "$OUT/demo/eval.json" "$OUT/demo/eval.png" ||
         echo "calibrate_probes.sh: plotting to $OUT/demo/eval.png failed (python3-matplotlib?)" >&2

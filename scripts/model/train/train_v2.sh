@@ -96,6 +96,24 @@ tune_data() {
         --task-frac 0.85 --epochs 4 --mix "$3" --out "$1/data" --models "$1/models"
 }
 
+# need MODULE...: the Python modules a step imports (/usr/bin/python3: numpy,
+# sentencepiece, torch), from Debian's python3-MODULE packages, installed when
+# root (as make deps does); otherwise the command that installs them, and stop
+need() {
+    missing=""
+    for m in "$@"; do
+        /usr/bin/python3 -c "import $m" 2>/dev/null || missing="$missing python3-$m"
+    done
+    [ -z "$missing" ] && return 0
+    if [ "$(id -u)" -eq 0 ]; then
+        echo "train_v2.sh: installing$missing" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2 &&
+            return 0
+    fi
+    echo "train_v2.sh: missing$missing: sudo apt-get install -y --no-install-recommends$missing" >&2
+    exit 1
+}
+
 # gpu_failed: a training step of `gpu` failed; show why (the log is in $OUT) and stop
 gpu_failed() {
     tail -40 "$OUT/train.log" >&2
@@ -104,6 +122,7 @@ gpu_failed() {
 
 case "${1:-}" in
 prepare)
+    need numpy sentencepiece
     mkdir -p "$G/data" "$G/models/heldout"
     grep -qx '/.gpu-train/' "$REPO/.git/info/exclude" 2>/dev/null || echo /.gpu-train/ >> "$REPO/.git/info/exclude"
     /usr/bin/python3 "$T/make_data.py" --recipe v2 --vocab 4096 --task-frac 0.7 --epochs ${EPOCHS:-52} \
@@ -142,6 +161,7 @@ finish)
     echo "  export.py --ckpt /work/ilpd-train-v2/ckpt_final.pt --check, golden.py, and recalibrate the probes"
     ;;
 cpu)
+    need numpy sentencepiece torch
     # FROM_V1=1: continue the published v1 model (its tokenizer, its weights
     # rebuilt from models/ilpd-demo-F16.gguf) instead of starting from scratch.
     if [ "${FROM_V1:-0}" = 1 ]; then
@@ -171,6 +191,7 @@ cpu)
 copy)
     CK=${2:?usage: train_v2.sh copy CKPT DATA_DIR}
     DATA=${3:?usage: train_v2.sh copy CKPT DATA_DIR}
+    need numpy sentencepiece torch
     C="--data-dir $DATA --max-tokens 1e9 $CPU_ARGS --eval-windows 16 --eval-every 50"
     mkdir -p "$V2CPU/copy-c" "$V2CPU/copy-d" "$V2CPU/copy-e"
     if ! ls "$V2CPU"/copy-d/ckpt_*.pt >/dev/null 2>&1; then
@@ -191,6 +212,7 @@ copy)
 tune)
     CK=${2:?usage: train_v2.sh tune CKPT TOKENIZER_MODEL}
     TOKM=${3:?usage: train_v2.sh tune CKPT TOKENIZER_MODEL}
+    need numpy sentencepiece torch
     tune_data "$V2CPU/tune" "$TOKM" copy=1
     mkdir -p "$V2CPU/tune/run"
     /usr/bin/python3 "$T/train.py" --ckpt-dir "$V2CPU/tune/run" --data-dir "$V2CPU/tune/data" $CPU_ARGS $TUNE \
@@ -201,6 +223,7 @@ tune)
 skip)
     CK=${2:?usage: train_v2.sh skip CKPT TOKENIZER_MODEL}
     TOKM=${3:?usage: train_v2.sh skip CKPT TOKENIZER_MODEL}
+    need numpy sentencepiece torch
     tune_data "$V2CPU/skip" "$TOKM" "$SKIP_MIX"
     S="--data-dir $V2CPU/skip/data $CPU_ARGS $TUNE --seq 512 --batch 16 --micro 4"
     prev=$CK

@@ -159,6 +159,7 @@ finish)
     echo "  eval.py --ckpt /work/ilpd-train-v2/ckpt_final.pt --heldout $G/models/heldout --tokenizer $G/models/tokenizer.model"
     echo "  to adopt it: copy $G/models/{tokenizer.model,tasks.json,heldout} into models/, then"
     echo "  export.py --ckpt /work/ilpd-train-v2/ckpt_final.pt --check, golden.py, and recalibrate the probes"
+    echo "  (on at least 300 prompts a structured class: models/README.md, \"The gate in approximate mode\")"
     ;;
 cpu)
     need numpy sentencepiece torch

@@ -162,8 +162,8 @@ typedef struct {
      * reach on_text (engine/answer.h). Thinking tokens count in max_tokens;
      * stop strings do not apply to them. */
     int thinking;
-    /* Approximate mode's gate: when a token decided with layers skipped had
-     * a top-1/top-2 logit margin below GATE_MARGIN, the rest of the answer
+    /* Approximate mode's gate: when a token decided with layers skipped has
+     * a top-1/top-2 logit margin below gate_margin, the rest of the answer
      * runs at full depth (every skipped layer's KV is computed then, for the
      * prompt and the answer so far) and that token is decided again. 0: no
      * gate, the mask holds for the whole request. */

@@ -763,16 +763,6 @@ static emit_status emit_token(gen *g, int32_t tok, int pos, int forced) {
     return EMIT_MORE;
 }
 
-/* The gap between the largest and the second largest of N logits. */
-static float logit_margin(const float *v, int n) {
-    float a = v[0], b = -INFINITY;
-    for (int i = 1; i < n; i++) {
-        if (v[i] > a) b = a, a = v[i];
-        else if (v[i] > b) b = v[i];
-    }
-    return a - b;
-}
-
 /* Approximate mode's gate (gp->gate_margin): when the token g->logits
  * decides was decided with layers skipped and its margin is below the
  * gate, every layer gets a KV cache and positions 0..g->pos-1 (the prompt,
@@ -789,7 +779,7 @@ static int gate(gen *g, const int32_t *extra) {
     kb_backend *kb = g->e->kb;
     model_state *st = g->st;
     if (g->gp->skip_mode != ENGINE_SKIP_APPROXIMATE || g->gp->gate_margin <= 0 || res->gated_at >= 0 ||
-        !res->n_skipped || logit_margin(g->logits, m->n_vocab) >= g->gp->gate_margin)
+        !res->n_skipped || sampler_margin(g->logits, m->n_vocab) >= g->gp->gate_margin)
         return 0;
     uint8_t full[MASK_MAX_LAYERS];
     memset(full, 1, sizeof full);

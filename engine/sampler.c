@@ -34,6 +34,15 @@ int sampler_argmax(const float *v, int n) {
     return best;
 }
 
+float sampler_margin(const float *v, int n) {
+    float a = v[0], b = -INFINITY;
+    for (int i = 1; i < n; i++) {
+        if (v[i] > a) b = a, a = v[i];
+        else if (v[i] > b) b = v[i];
+    }
+    return a - b;
+}
+
 /* splitmix64: a uniform float in [0, 1). */
 static float next_uniform(sampler *s) {
     uint64_t z = (s->state += 0x9E3779B97F4A7C15ull);

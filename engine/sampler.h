@@ -29,5 +29,8 @@ float sampler_uniform(sampler *s);
 int sampler_draw(sampler *s, const float *w, int n);
 /* The index of the largest of N values (the first one on ties). */
 int sampler_argmax(const float *v, int n);
+/* The largest of N values (n >= 2) minus the second largest: how sure a
+ * greedy choice is (approximate mode's gate). */
+float sampler_margin(const float *v, int n);
 
 #endif

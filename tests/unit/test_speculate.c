@@ -423,15 +423,7 @@ static int margins(engine *e, const int32_t *seq, int n, int n_ans, const uint8_
         free(lg);
         return -1;
     }
-    for (int i = 0; i < n_ans; i++) {
-        const float *row = lg + (size_t)(n - 1 + i) * in->n_vocab;
-        float a = -INFINITY, b = -INFINITY;
-        for (int v = 0; v < in->n_vocab; v++) {
-            if (row[v] > a) b = a, a = row[v];
-            else if (row[v] > b) b = row[v];
-        }
-        m[i] = a - b;
-    }
+    for (int i = 0; i < n_ans; i++) m[i] = sampler_margin(lg + (size_t)(n - 1 + i) * in->n_vocab, in->n_vocab);
     free(lg);
     return 0;
 }

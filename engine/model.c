@@ -12,7 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define MODEL_CHUNK 64 /* prompt rows per matmul */
+#define MODEL_CHUNK 64      /* prompt rows per operation, unless the backend prefers others */
+#define MODEL_LOGIT_ROWS 64 /* rows of logits computed at once */
 /* Each tensor starts on its own page, so that one layer's weights can be
  * protected as a unit (the test that a skipped layer reads no weight). */
 #define WEIGHT_ALIGN 4096
@@ -564,7 +565,9 @@ int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, 
     s->n_ctx = n_ctx;
     s->kv_type = kv_type;
     s->max_rows = max_rows < 1 ? 1 : max_rows;
-    s->chunk = s->max_rows < MODEL_CHUNK ? s->max_rows : MODEL_CHUNK;
+    int chunk = kb->prompt_rows > 0 ? kb->prompt_rows : MODEL_CHUNK;
+    s->chunk = s->max_rows < chunk ? s->max_rows : chunk;
+    s->logit_rows = s->chunk < MODEL_LOGIT_ROWS ? s->chunk : MODEL_LOGIT_ROWS;
     s->mask = malloc((size_t)m->n_layers);
     s->kv = calloc((size_t)m->n_layers, sizeof *s->kv);
     if (!s->mask || !s->kv) goto oom;
@@ -579,7 +582,7 @@ int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, 
     s->att = kb->alloc(kb, c * m->q_dim * sizeof(float));
     s->hb = kb->alloc(kb, c * m->ffn_dim * sizeof(float));
     s->hb2 = kb->alloc(kb, c * m->ffn_dim * sizeof(float));
-    s->logits = kb->alloc(kb, c * m->n_vocab * sizeof(float));
+    s->logits = kb->alloc(kb, (size_t)s->logit_rows * m->n_vocab * sizeof(float));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->logits) goto oom;
     for (int l = 0; l < m->n_layers; l++)
         if (s->mask[l] && kv_alloc(s, m, kb, l, err, errlen)) goto fail;
@@ -677,8 +680,8 @@ void model_forward_draft(const model *m, kb_backend *kb, model_state *s, int n, 
 }
 
 void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n, float *host_out) {
-    for (int r = 0; r < n; r += s->chunk) {
-        int c = n - r < s->chunk ? n - r : s->chunk;
+    for (int r = 0; r < n; r += s->logit_rows) {
+        int c = n - r < s->logit_rows ? n - r : s->logit_rows;
         kb->rmsnorm(kb, s->xb, s->x + (size_t)(r0 + r) * m->dim, &m->output_norm, c, m->dim, m->eps);
         kb->matmul(kb, s->logits, &m->output, s->xb, c);
         kb->to_host(kb, host_out + (size_t)r * m->n_vocab, s->logits, (size_t)c * m->n_vocab * sizeof(float));

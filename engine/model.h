@@ -60,14 +60,15 @@ int model_layer_protect(model *m, int l, int protect);
 /* Per-request state: residual stream, scratch and the KV cache of the
  * computed layers. */
 typedef struct {
-    int n_layers, n_ctx, max_rows, chunk;
+    int n_layers, n_ctx, max_rows;
+    int chunk, logit_rows;  /* rows per operation (the backend's prompt_rows), rows of logits at once */
     kb_kv_type kv_type;
     uint8_t *mask;          /* n_layers bytes */
     kb_kv *kv;              /* per layer; k and v NULL for a skipped layer */
     size_t kv_bytes;
     float *x;               /* [max_rows][dim] residual stream */
     float *xb, *q, *k, *v, *att, *hb, *hb2; /* [chunk][...] scratch */
-    float *logits;          /* [chunk][n_vocab] */
+    float *logits;          /* [logit_rows][n_vocab] */
 } model_state;
 
 /* Allocates the state for up to N_CTX positions, MAX_ROWS rows processed at

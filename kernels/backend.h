@@ -82,6 +82,7 @@ struct kb_backend {
     char error[256];    /* the first failure since kb_error_clear, "" when none */
     uint64_t fail_at;   /* testing: the operation that starts when launches() equals this fails (0: never) */
     int fail_scratch;   /* testing: the next reserve() that allocates fails as out of memory (then 0) */
+    int prompt_rows;    /* rows a prompt goes through per operation, as this backend prefers (0: 64) */
 
     /* Memory. alloc returns NULL on failure; free accepts NULL. */
     void *(*alloc)(kb_backend *kb, size_t bytes);

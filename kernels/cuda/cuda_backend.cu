@@ -1266,6 +1266,9 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     c->ref = env_int("ILPD_CUDA_REF", 0);
     c->debug = env_int("ILPD_CUDA_DEBUG", 0);
     kb->name = c->label;
+    /* prompts in passes of 512 rows: each pass reads (and for the quantised
+     * types dequantises) every weight once, so fewer passes, fewer reads */
+    kb->prompt_rows = env_int("ILPD_CUDA_PROMPT_ROWS", 512);
     kb->alloc = cu_alloc;
     kb->free = cu_free;
     kb->to_host = cu_to_host;

@@ -683,6 +683,15 @@ static void model_check(pair p, const char *path, int greedy_too) {
     double e = run_model(p, &mg, &mc, NULL, KB_KV_F32, 12, 3, tol, &full, &same);
     CHECK(e <= tol && same, TAG ": %s: logits of a 12-token prompt (cuBLAS path) and 3 decode steps (error %.2g x max|logit|, tolerance %.0e)%s",
           base, e, tol, same ? "" : ", greedy choices differ");
+    int rows = p.g->prompt_rows; /* the prompt in two passes, of 9 rows (cuBLAS) and 3 (own kernels) */
+    p.g->prompt_rows = 9;
+    e = run_model(p, &mg, &mc, NULL, KB_KV_F32, 12, 2, tol, &masked, &same);
+    p.g->prompt_rows = rows;
+    CHECK(e <= tol && same && masked > full,
+          TAG ": %s: the 12-token prompt in passes of 9 and 3 rows (error %.2g x max|logit|; %llu launches, %llu in "
+              "one pass)",
+          base, e, (unsigned long long)masked, (unsigned long long)full);
+    masked = 0;
     e = run_model(p, &mg, &mc, NULL, KB_KV_F16, 5, 2, tol, &full, &same);
     CHECK(e <= tol && same, TAG ": %s: F16 KV cache, own kernels for the prompt (error %.2g, tolerance %.0e)", base, e, tol);
     uint8_t mask[256];

@@ -22,11 +22,17 @@
  *                        allows), Q8_0/Q4_0/Q4_K/Q6_K by dp4a against the
  *                        activation quantised once per matmul to int8 in
  *                        blocks of 32 (the same rounding as the CPU).
- * attention: the new K/V rows are stored in the cache, then one block per
- * (tile of up to 16 queries, head, split of the positions) runs an online
- * softmax over tiles of 32 cached positions staged in shared memory; when
- * there are too few blocks to fill the GPU (decode) the positions are split
- * (flash-decoding) and a second kernel merges the partial softmaxes.
+ * attention: the new K/V rows are stored in the cache, then
+ *   decode (up to 8 query rows of one KV head: n tokens x the query heads
+ *   that share it; head size 32..256): one block per (KV head, split of
+ *   the positions) reads each cached K/V row once for all those rows,
+ *   a warp at a time with 4- to 16-byte loads, and keeps an online softmax
+ *   per row in registers (k_attn_dec);
+ *   otherwise one block per (tile of up to 16 queries, head, split) runs an
+ *   online softmax over tiles of 32 cached positions staged in shared
+ *   memory (k_attn);
+ *   when there are too few blocks to fill the GPU the positions are split
+ *   (flash-decoding) and a second kernel merges the partial softmaxes.
  * RMSNorm, RoPE (cos/sin in double, as on the CPU), SwiGLU and the additions
  * round like the CPU code (no fused multiply-add where the CPU has none).
  *
@@ -71,6 +77,8 @@ extern "C" {
 namespace ILPD_NS {
 
 enum { MV_THREADS = 128, MV_NT = 8, ATT_THREADS = 128, ATT_QT = 16, ATT_TILE = 32, EW_THREADS = 256 };
+/* decode attention: warps a block, positions a warp reads at once, fewest positions a split */
+enum { DEC_WARPS = 4, DEC_U = 4, DEC_MIN_SPLIT = 64 };
 static const size_t W16_TILE_BYTES = (size_t)32 << 20;
 
 /* ======================================================================
@@ -399,6 +407,153 @@ KGLOBAL void k_attn(const float *__restrict__ q, const void *__restrict__ kc, co
             if (d == 0) {
                 pp[hd] = M[r];
                 pp[hd + 1] = L[r];
+            }
+        }
+    }
+}
+
+/* DPL values from element I of a KV cache (F32 or F16): on the device one
+ * load of 4 to 16 bytes (I is a multiple of DPL: the row starts at a whole
+ * head, the lane at L * DPL). */
+template <int KVT, int DPL> KDEV void kv_vec(const void *p, size_t i, float *f) {
+#ifdef __CUDA_ARCH__
+    if (KVT == 1 && DPL >= 2) {
+        const uint16_t *h = static_cast<const uint16_t *>(p) + i;
+        uint32_t u[4] = {0, 0, 0, 0};
+        if (DPL == 8) {
+            uint4 v = *reinterpret_cast<const uint4 *>(h);
+            u[0] = v.x, u[1] = v.y, u[2] = v.z, u[3] = v.w;
+        } else if (DPL == 4) {
+            uint2 v = *reinterpret_cast<const uint2 *>(h);
+            u[0] = v.x, u[1] = v.y;
+        } else {
+            u[0] = *reinterpret_cast<const uint32_t *>(h);
+        }
+KUNROLL
+        for (int j = 0; j < DPL / 2; j++) {
+            f[2 * j] = h2f((uint16_t)(u[j] & 0xffff));
+            f[2 * j + 1] = h2f((uint16_t)(u[j] >> 16));
+        }
+    } else if (KVT == 0 && DPL >= 4) {
+        const float4 *v = reinterpret_cast<const float4 *>(static_cast<const float *>(p) + i);
+KUNROLL
+        for (int j = 0; j < DPL / 4; j++) {
+            float4 a = v[j];
+            f[4 * j] = a.x, f[4 * j + 1] = a.y, f[4 * j + 2] = a.z, f[4 * j + 3] = a.w;
+        }
+    } else
+#endif
+    {
+KUNROLL
+        for (int d = 0; d < DPL; d++) f[d] = kv_at<KVT>(p, i + d);
+    }
+}
+
+/* Decode attention: the ROWS = n * group query rows (token r / group, head
+ * kvh * group + r % group; ROWS <= R) that share KV head kvh = blockIdx.x,
+ * over the positions of split blockIdx.y ([s*split_len, (s+1)*split_len)),
+ * causally cut per row and, with WINDOW > 0, to each row's window. The K
+ * and V of a position are read once for all the rows (grouped-query
+ * attention) and by one warp at a time: lane L holds dimensions
+ * [L*DPL, L*DPL+DPL) (head size 32 * DPL) of the queries, K, V and the
+ * outputs, so a row of K is one coalesced read. Warp w takes DEC_U
+ * positions at a time, the warps taking turns; each keeps an online
+ * softmax per row in registers, and the warps' results merge in shared
+ * memory. Outputs as k_attn's: OUT with one split, PART otherwise. */
+template <int KVT, int DPL, int R>
+KGLOBAL void k_attn_dec(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
+                        int kv_dim, int n, int pos0, int n_heads, int group, int split_len, int nsplit, float scale,
+                        int window, float *__restrict__ out, float *__restrict__ part) {
+    enum { HD = 32 * DPL };
+    SMEM float sm_o[DEC_WARPS][R * HD];
+    SMEM float sm_m[DEC_WARPS][R];
+    SMEM float sm_l[DEC_WARPS][R];
+    int kvh = blockIdx.x, s = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int rows = n * group;
+    int pbeg = s * split_len, pend = pbeg + split_len < pos0 + n ? pbeg + split_len : pos0 + n;
+    if (window > 0 && pbeg < pos0 - window + 1) pbeg = pos0 - window + 1; /* before the first row's window */
+    float qv[R][DPL], o[R][DPL], m[R], l[R];
+KUNROLL
+    for (int r = 0; r < R; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        const float *qr = q + ((size_t)(r / group) * n_heads + (size_t)kvh * group + r % group) * HD + lane * DPL;
+KUNROLL
+        for (int d = 0; d < DPL; d++) {
+            qv[r][d] = r < rows ? qr[d] : 0.0f;
+            o[r][d] = 0.0f;
+        }
+    }
+    size_t koff = (size_t)kvh * HD + (size_t)lane * DPL;
+    for (int p0 = pbeg + warp * DEC_U; p0 < pend; p0 += DEC_WARPS * DEC_U) {
+        float kf[DEC_U][DPL], vf[DEC_U][DPL];
+KUNROLL
+        for (int u = 0; u < DEC_U; u++) {
+            int p = p0 + u < pend ? p0 + u : pend - 1; /* past the end: read a valid row, masked below */
+            kv_vec<KVT, DPL>(kc, (size_t)p * kv_dim + koff, kf[u]);
+            kv_vec<KVT, DPL>(vc, (size_t)p * kv_dim + koff, vf[u]);
+        }
+KUNROLL
+        for (int r = 0; r < R; r++) {
+            if (r >= rows) break; /* warp-uniform */
+            int pq = pos0 + r / group;
+            float sc[DEC_U], mx = m[r];
+KUNROLL
+            for (int u = 0; u < DEC_U; u++) {
+                float dot = 0.0f;
+KUNROLL
+                for (int d = 0; d < DPL; d++) dot += qv[r][d] * kf[u][d];
+                dot = warp_sum(dot);
+                int p = p0 + u;
+                int vis = p < pend && p <= pq && (window <= 0 || pq - p < window);
+                sc[u] = vis ? dot * scale : -INFINITY;
+                mx = fmaxf(mx, sc[u]);
+            }
+            if (mx == -INFINITY) continue; /* nothing visible yet: warp-uniform */
+            float alpha = expf(m[r] - mx);
+            l[r] *= alpha;
+KUNROLL
+            for (int d = 0; d < DPL; d++) o[r][d] *= alpha;
+KUNROLL
+            for (int u = 0; u < DEC_U; u++) {
+                float pu = expf(sc[u] - mx);
+                l[r] += pu;
+KUNROLL
+                for (int d = 0; d < DPL; d++) o[r][d] += pu * vf[u][d];
+            }
+            m[r] = mx;
+        }
+    }
+KUNROLL
+    for (int r = 0; r < R; r++) {
+        if (r >= rows) break;
+        if (lane == 0) {
+            sm_m[warp][r] = m[r];
+            sm_l[warp][r] = l[r];
+        }
+KUNROLL
+        for (int d = 0; d < DPL; d++) sm_o[warp][r * HD + lane * DPL + d] = o[r][d];
+    }
+    sync_block();
+    for (int idx = threadIdx.x; idx < rows * HD; idx += blockDim.x) {
+        int r = idx / HD, d = idx - r * HD;
+        float mx = -INFINITY, sum = 0.0f, acc = 0.0f;
+        for (int w = 0; w < DEC_WARPS; w++) mx = fmaxf(mx, sm_m[w][r]);
+        for (int w = 0; w < DEC_WARPS; w++) {
+            if (sm_m[w][r] == -INFINITY) continue;
+            float a = expf(sm_m[w][r] - mx);
+            sum += a * sm_l[w][r];
+            acc += a * sm_o[w][r * HD + d];
+        }
+        size_t tok = (size_t)(r / group), h = (size_t)kvh * group + r % group;
+        if (nsplit == 1) {
+            out[(tok * n_heads + h) * HD + d] = acc / sum;
+        } else {
+            float *pp = part + ((tok * n_heads + h) * nsplit + s) * (size_t)(HD + 2);
+            pp[d] = acc;
+            if (d == 0) {
+                pp[HD] = mx;
+                pp[HD + 1] = sum;
             }
         }
     }
@@ -756,31 +911,54 @@ static size_t attn_smem(int qt, int tile, int hd) {
                             3 * (size_t)qt);
 }
 
-/* How attention runs N queries over NPOS positions: queries per block
- * (qt), positions per shared-memory tile, and the split of the positions
- * (flash-decoding) with its partial results' bytes. tile is 0 when the head
- * size does not fit shared memory. */
+/* How attention runs N queries over NPOS positions: with the decode kernel
+ * (dec: its rows a block, R >= n * group) or the general one (qt queries
+ * per block, tile positions per shared-memory tile), and the split of the
+ * positions (flash-decoding) with its partial results' bytes. tile is 0
+ * when the head size does not fit shared memory. */
 typedef struct {
-    int qt, tile, nsplit, split_len;
+    int dec, qt, tile, nsplit, split_len;
     size_t part_bytes;
 } attn_plan;
 
-static attn_plan attn_plan_make(const cu_impl *c, int n, int npos, int hd, int heads) {
-    attn_plan p = {1, ATT_TILE, 1, npos, 0};
-    while (p.tile > 1 && attn_smem(1, p.tile, hd) > c->smem_optin) p.tile /= 2;
-    if (attn_smem(1, p.tile, hd) > c->smem_optin) {
-        p.tile = 0;
-        return p;
+/* The decode kernel's rows a block for N queries of shape S (a power of
+ * two), or 0 when it does not apply: head sizes 32, 64, 128 and 256, at
+ * most 8 rows (4 for 256: registers). */
+static int dec_rows(int n, const kb_attn_shape *s) {
+    int hd = s->head_dim, rows = n * (s->n_heads / s->n_kv_heads);
+    if (hd != 32 && hd != 64 && hd != 128 && hd != 256) return 0;
+    if (rows > (hd == 256 ? 4 : 8)) return 0;
+    int r = 1;
+    while (r < rows) r *= 2;
+    return r;
+}
+
+static attn_plan attn_plan_make(const cu_impl *c, int n, int npos, const kb_attn_shape *s) {
+    int hd = s->head_dim, heads = s->n_heads;
+    attn_plan p = {dec_rows(n, s), 1, ATT_TILE, 1, npos, 0};
+    int blocks, want = 2 * c->sm_count, unit, least;
+    if (p.dec) {
+        blocks = s->n_kv_heads;
+        unit = DEC_WARPS * DEC_U;
+        least = DEC_MIN_SPLIT;
+    } else {
+        while (p.tile > 1 && attn_smem(1, p.tile, hd) > c->smem_optin) p.tile /= 2;
+        if (attn_smem(1, p.tile, hd) > c->smem_optin) {
+            p.tile = 0;
+            return p;
+        }
+        p.qt = n < ATT_QT ? n : ATT_QT;
+        while (p.qt > 1 && attn_smem(p.qt, p.tile, hd) > 48 * 1024) p.qt /= 2;
+        blocks = (n + p.qt - 1) / p.qt * heads;
+        unit = p.tile;
+        least = 2 * p.tile;
     }
-    p.qt = n < ATT_QT ? n : ATT_QT;
-    while (p.qt > 1 && attn_smem(p.qt, p.tile, hd) > 48 * 1024) p.qt /= 2;
-    int blocks = (n + p.qt - 1) / p.qt * heads, want = 2 * c->sm_count;
-    if (blocks >= want || npos <= 2 * p.tile) return p;
-    int nsplit = (want + blocks - 1) / blocks, most = (npos + 2 * p.tile - 1) / (2 * p.tile);
+    if (blocks >= want || npos <= least) return p;
+    int nsplit = (want + blocks - 1) / blocks, most = (npos + least - 1) / least;
     if (nsplit > most) nsplit = most;
     if (nsplit > 64) nsplit = 64;
     int len = (npos + nsplit - 1) / nsplit;
-    len = (len + p.tile - 1) / p.tile * p.tile;
+    len = (len + unit - 1) / unit * unit;
     p.nsplit = (npos + len - 1) / len;
     p.split_len = p.nsplit > 1 ? len : npos;
     /* sized by the count before rounding: never less than the split, and
@@ -822,7 +1000,7 @@ static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
         c->inv_n[0] = c->inv_n[1] = 0;
     }
     for (int n = 1; s->attn && n <= (int)rows; n++) {
-        attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn->head_dim, s->attn->n_heads);
+        attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn);
         if (p.part_bytes > part) part = p.part_bytes;
     }
     if (part) buf_grow(c, &c->part, part);
@@ -1097,6 +1275,28 @@ static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_
            freqs, pos0, s->mscale != 0 ? s->mscale : 1.0f);
 }
 
+/* k_attn_dec for head size 32 * DPL and ROWS (dec_rows) rows a block. */
+template <int KVT, int DPL, typename... A>
+static void dec_launch(cu_impl *c, int rows, dim3 g, A... a) {
+    dim3 b(32 * DEC_WARPS);
+    switch (rows) {
+    case 1: return launch(c, "attention", k_attn_dec<KVT, DPL, 1>, g, b, 0, a...);
+    case 2: return launch(c, "attention", k_attn_dec<KVT, DPL, 2>, g, b, 0, a...);
+    case 4: return launch(c, "attention", k_attn_dec<KVT, DPL, 4>, g, b, 0, a...);
+    default: return launch(c, "attention", k_attn_dec<KVT, DPL, DPL == 8 ? 4 : 8>, g, b, 0, a...);
+    }
+}
+
+template <int KVT, typename... A>
+static void dec_launch_hd(cu_impl *c, int hd, int rows, dim3 g, A... a) {
+    switch (hd) {
+    case 32: return dec_launch<KVT, 1>(c, rows, g, a...);
+    case 64: return dec_launch<KVT, 2>(c, rows, g, a...);
+    case 128: return dec_launch<KVT, 4>(c, rows, g, a...);
+    default: return dec_launch<KVT, 8>(c, rows, g, a...);
+    }
+}
+
 static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
                          int n, int pos0, const kb_attn_shape *s) {
     cu_impl *c = impl_of(kb);
@@ -1110,7 +1310,7 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
         launch(c, "kv_store", k_kv_store<0>, g, b, 0, k, v, cache->k, cache->v, off, cnt);
 
     int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads;
-    attn_plan p = attn_plan_make(c, n, pos0 + n, hd, heads);
+    attn_plan p = attn_plan_make(c, n, pos0 + n, s);
     if (!p.tile) return report(c, "attention", "head size too large for shared memory");
     if (p.part_bytes > c->part.cap) { /* not reserved: no split */
         p.nsplit = 1;
@@ -1118,15 +1318,26 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
     }
     int qt = p.qt, tile = p.tile, qtiles = (n + qt - 1) / qt, nsplit = p.nsplit, split_len = p.split_len;
     float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
-    dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
-    size_t smem = attn_smem(qt, tile, hd);
     float *part = static_cast<float *>(c->part.p);
-    if (f16)
-        launch(c, "attention", k_attn<1>, ag, ab, smem, q, (const void *)cache->k, (const void *)cache->v,
-               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, s->window, out, part);
-    else
-        launch(c, "attention", k_attn<0>, ag, ab, smem, q, (const void *)cache->k, (const void *)cache->v,
-               cache->kv_dim, n, pos0, heads, group, hd, qt, tile, split_len, nsplit, scale, s->window, out, part);
+    const void *kc = cache->k, *vc = cache->v;
+    if (p.dec) {
+        dim3 dg((unsigned)s->n_kv_heads, (unsigned)nsplit);
+        if (f16)
+            dec_launch_hd<1>(c, hd, p.dec, dg, q, kc, vc, cache->kv_dim, n, pos0, heads, group, split_len, nsplit,
+                             scale, s->window, out, part);
+        else
+            dec_launch_hd<0>(c, hd, p.dec, dg, q, kc, vc, cache->kv_dim, n, pos0, heads, group, split_len, nsplit,
+                             scale, s->window, out, part);
+    } else {
+        dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
+        size_t smem = attn_smem(qt, tile, hd);
+        if (f16)
+            launch(c, "attention", k_attn<1>, ag, ab, smem, q, kc, vc, cache->kv_dim, n, pos0, heads, group, hd, qt,
+                   tile, split_len, nsplit, scale, s->window, out, part);
+        else
+            launch(c, "attention", k_attn<0>, ag, ab, smem, q, kc, vc, cache->kv_dim, n, pos0, heads, group, hd, qt,
+                   tile, split_len, nsplit, scale, s->window, out, part);
+    }
     if (nsplit > 1)
         launch(c, "attention_combine", k_attn_combine, dim3((unsigned)heads, (unsigned)n),
                dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, nsplit, heads, hd, out);

@@ -14,7 +14,9 @@
  * against a double-precision reference) for every weight type, both matmul
  * paths (own kernels for n <= 8 rows, cuBLAS above), attention with F32 and
  * F16 KV caches through prefill chunks and decode steps, up to 580
- * positions whose decode attention is split over the positions and merged;
+ * positions whose decode attention is split over the positions and merged
+ * (the decode kernel for head sizes 32 to 256 and 1 to 8 query heads a KV
+ * head, the general kernel for the rest);
  * then whole forward passes on stories260K (F32 and F16) and on the models
  * named on the command line (`--models A.gguf,B.gguf`, as tests/t_cuda.sh
  * does with synthetic models of every weight type): logits of a prompt and
@@ -381,8 +383,7 @@ static void check_rope(pair p, int neox, float mscale) {
  * decode steps, whose attention is split over the positions
  * (flash-decoding) and merged. WINDOW > 0: a sliding window of that many
  * positions and a score scale of its own (Gemma's local layers). */
-static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int window) {
-    enum { H = 4, KVH = 2 };
+static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int window, int H, int KVH) {
     int kvd = KVH * hd, ctx = long_ctx ? 640 : 96;
     int steps[32][2], n_steps = 0;
     if (long_ctx) {
@@ -430,8 +431,8 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
         host_from(p.c, rc, oc, nq);
         double e = rel_err(rg, rc, rc, nq);
         if (!long_ctx || e > 1e-5)
-            CHECK(e <= 1e-5, TAG ": attention (KV %s, head size %d, window %d) %d queries at %d (error %.2g)",
-                  kt == KB_KV_F16 ? "F16" : "F32", hd, window, n, pos0, e);
+            CHECK(e <= 1e-5, TAG ": attention (KV %s, head size %d, %d/%d heads, window %d) %d queries at %d (error %.2g)",
+                  kt == KB_KV_F16 ? "F16" : "F32", hd, H, KVH, window, n, pos0, e);
         worst = e > worst ? e : worst;
         ok = e <= 1e-5;
     next:
@@ -450,9 +451,9 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
         free(rc);
     }
     if (long_ctx && ok)
-        CHECK(1, TAG ": attention (KV %s, head size %d, window %d) over 580 positions: 9 prompt chunks of 64, 4 split "
-                     "decode steps (worst error %.2g)",
-              kt == KB_KV_F16 ? "F16" : "F32", hd, window, worst);
+        CHECK(1, TAG ": attention (KV %s, head size %d, %d/%d heads, window %d) over 580 positions: 9 prompt chunks of "
+                     "64, 4 split decode steps (worst error %.2g)",
+              kt == KB_KV_F16 ? "F16" : "F32", hd, H, KVH, window, worst);
     p.g->free(p.g, cg.k);
     p.g->free(p.g, cg.v);
     p.c->free(p.c, cc.k);
@@ -833,14 +834,21 @@ static void run_all(kb_backend *g, const char *models) {
         check_rope(p, 0, 0);
         check_rope(p, 1, 0);
         check_rope(p, 1, 1.25f); /* YaRN: cos and sin scaled */
-        check_attention(p, KB_KV_F32, 16, 0, 0);
-        check_attention(p, KB_KV_F16, 16, 0, 0);
-        check_attention(p, KB_KV_F32, 64, 0, 0);
-        check_attention(p, KB_KV_F16, 128, 0, 0);
-        check_attention(p, KB_KV_F32, 64, 1, 0);
-        check_attention(p, KB_KV_F16, 128, 1, 0);
-        check_attention(p, KB_KV_F32, 64, 0, 24);
-        check_attention(p, KB_KV_F16, 128, 1, 100);
+        check_attention(p, KB_KV_F32, 16, 0, 0, 4, 2);
+        check_attention(p, KB_KV_F16, 16, 0, 0, 4, 2);
+        check_attention(p, KB_KV_F32, 64, 0, 0, 4, 2);
+        check_attention(p, KB_KV_F16, 128, 0, 0, 4, 2);
+        check_attention(p, KB_KV_F32, 64, 1, 0, 4, 2);
+        check_attention(p, KB_KV_F16, 128, 1, 0, 4, 2);
+        check_attention(p, KB_KV_F32, 64, 0, 24, 4, 2);
+        check_attention(p, KB_KV_F16, 128, 1, 100, 4, 2);
+        /* the decode kernel's shapes: every head size it takes, 1 to 8
+         * query heads a KV head (up to 8 rows a block; 4 for 256) */
+        check_attention(p, KB_KV_F32, 32, 1, 0, 8, 1);
+        check_attention(p, KB_KV_F16, 64, 0, 0, 2, 2);
+        check_attention(p, KB_KV_F16, 128, 1, 0, 16, 2);
+        check_attention(p, KB_KV_F16, 256, 1, 0, 8, 2);
+        check_attention(p, KB_KV_F32, 256, 0, 40, 4, 2);
         void *big = g->alloc(g, (size_t)1 << 62);
         CHECK(big == NULL, TAG ": alloc of 4 EiB returns NULL");
         g->free(g, NULL);

@@ -28,6 +28,10 @@
  *   the positions) reads each cached K/V row once for all those rows,
  *   a warp at a time with 4- to 16-byte loads, and keeps an online softmax
  *   per row in registers (k_attn_dec);
+ *   prompts (32 queries or more; head size 64 or 128): flash attention on
+ *   the CUDA cores, one block of 256 threads per (tile of 64 queries, head,
+ *   split) over tiles of 32-64 positions, scores and outputs in register
+ *   tiles, the softmax of a row in a half-warp (k_attn_tile);
  *   otherwise one block per (tile of up to 16 queries, head, split) runs an
  *   online softmax over tiles of 32 cached positions staged in shared
  *   memory (k_attn);
@@ -79,6 +83,8 @@ namespace ILPD_NS {
 enum { MV_THREADS = 128, MV_NT = 8, ATT_THREADS = 128, ATT_QT = 16, ATT_TILE = 32, EW_THREADS = 256 };
 /* decode attention: warps a block, positions a warp reads at once, fewest positions a split */
 enum { DEC_WARPS = 4, DEC_U = 4, DEC_MIN_SPLIT = 64 };
+/* prompt attention in tiles: queries a tile, threads a block, fewest queries that use it */
+enum { TQ = 64, TQ_LD = TQ + 4, TILE_THREADS = 256, TILE_MIN_N = 32 };
 static const size_t W16_TILE_BYTES = (size_t)32 << 20;
 
 /* ======================================================================
@@ -559,6 +565,142 @@ KUNROLL
     }
 }
 
+/* 4 floats of shared memory at P (16-byte aligned on the device). */
+KDEV void sm_ld4(const float *p, float *f) {
+#ifdef __CUDA_ARCH__
+    float4 v = *reinterpret_cast<const float4 *>(p);
+    f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+#else
+    for (int i = 0; i < 4; i++) f[i] = p[i];
+#endif
+}
+
+/* Prompt attention, flash attention on the CUDA cores: query rows [i0,
+ * i0+TQ) (i0 = blockIdx.x * TQ) of head blockIdx.y over the positions of
+ * split blockIdx.z, causal and windowed as k_attn, in tiles of BK
+ * positions. 256 threads as a 16 x 16 grid: thread (ty, tx) owns query
+ * rows 4ty..4ty+3 throughout, the tile's positions tx*CT.. for the scores
+ * and the dimensions tx*DT.. of the output, so the softmax of a row lives
+ * in one half-warp (half_max/half_sum) and its running max, sum and output
+ * stay in registers; the scores are 4 x CT register tiles over the
+ * transposed queries and keys. Shared memory (floats): Qt[HD][TQ]
+ * Kt[HD][BK] V[BK][HD] Pt[BK][TQ_LD]. Results as k_attn's. */
+template <int KVT, int HD, int BK>
+KGLOBAL void k_attn_tile(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
+                         int kv_dim, int n, int pos0, int n_heads, int group, int split_len, int nsplit, float scale,
+                         int window, float *__restrict__ out, float *__restrict__ part) {
+    enum { CT = BK / 16, DT = HD / 16 };
+    DYN_SMEM(float, sm);
+    float *Qt = sm, *Kt = Qt + HD * TQ, *V = Kt + HD * BK, *Pt = V + BK * HD;
+    int h = blockIdx.y, s = blockIdx.z, i0 = blockIdx.x * TQ;
+    int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
+    int nq = n - i0 < TQ ? n - i0 : TQ;
+    size_t kvoff = (size_t)(h / group) * HD;
+    int pmax = pos0 + i0 + nq - 1;
+    int pbeg = s * split_len, pend = pbeg + split_len < pmax + 1 ? pbeg + split_len : pmax + 1;
+    if (window > 0 && pbeg < pos0 + i0 - window + 1) pbeg = pos0 + i0 - window + 1; /* before the first row's window */
+    for (int idx = tid; idx < TQ * HD; idx += TILE_THREADS) {
+        int r = idx % TQ, d = idx / TQ;
+        Qt[d * TQ + r] = r < nq ? q[((size_t)(i0 + r) * n_heads + h) * HD + d] : 0.0f;
+    }
+    float m[4], l[4], o[4][DT];
+KUNROLL
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+KUNROLL
+        for (int e = 0; e < DT; e++) o[i][e] = 0.0f;
+    }
+    for (int t0 = pbeg; t0 < pend; t0 += BK) {
+        int nt = pend - t0 < BK ? pend - t0 : BK;
+        sync_block(); /* the previous tile's readers are done (the first time: Qt is written) */
+        for (int idx = tid; idx < BK * HD; idx += TILE_THREADS) {
+            int t = idx % BK, d = idx / BK; /* consecutive threads: consecutive positions of Kt's row d */
+            Kt[d * BK + t] = t < nt ? kv_at<KVT>(kc, (size_t)(t0 + t) * kv_dim + kvoff + d) : 0.0f;
+        }
+        for (int idx = tid; idx < BK * HD; idx += TILE_THREADS) {
+            int t = idx / HD, d = idx % HD;
+            V[t * HD + d] = t < nt ? kv_at<KVT>(vc, (size_t)(t0 + t) * kv_dim + kvoff + d) : 0.0f;
+        }
+        sync_block();
+        float sc[4][CT];
+KUNROLL
+        for (int i = 0; i < 4; i++)
+KUNROLL
+            for (int j = 0; j < CT; j++) sc[i][j] = 0.0f;
+        for (int d = 0; d < HD; d++) {
+            float a[4], b[CT];
+            sm_ld4(Qt + d * TQ + 4 * ty, a);
+KUNROLL
+            for (int j = 0; j < CT; j += 2) {
+                b[j] = Kt[d * BK + tx * CT + j];
+                b[j + 1] = Kt[d * BK + tx * CT + j + 1];
+            }
+KUNROLL
+            for (int i = 0; i < 4; i++)
+KUNROLL
+                for (int j = 0; j < CT; j++) sc[i][j] += a[i] * b[j];
+        }
+KUNROLL
+        for (int i = 0; i < 4; i++) {
+            int r = 4 * ty + i, pq = pos0 + i0 + r;
+            float mx = -INFINITY;
+KUNROLL
+            for (int j = 0; j < CT; j++) {
+                int c = tx * CT + j, p = t0 + c;
+                int vis = r < nq && c < nt && p <= pq && (window <= 0 || pq - p < window);
+                sc[i][j] = vis ? sc[i][j] * scale : -INFINITY;
+                mx = fmaxf(mx, sc[i][j]);
+            }
+            mx = half_max(mx);
+            float mnew = fmaxf(m[i], mx);
+            float alpha = mnew == -INFINITY ? 1.0f : expf(m[i] - mnew), ps = 0.0f;
+KUNROLL
+            for (int j = 0; j < CT; j++) {
+                float pj = mnew == -INFINITY ? 0.0f : expf(sc[i][j] - mnew);
+                Pt[(tx * CT + j) * TQ_LD + r] = pj;
+                ps += pj;
+            }
+            ps = half_sum(ps);
+            l[i] = l[i] * alpha + ps;
+            m[i] = mnew;
+KUNROLL
+            for (int e = 0; e < DT; e++) o[i][e] *= alpha;
+        }
+        sync_block();
+        for (int t = 0; t < nt; t++) {
+            float pv[4], vv[DT];
+            sm_ld4(Pt + t * TQ_LD + 4 * ty, pv);
+KUNROLL
+            for (int e = 0; e < DT; e += 4) sm_ld4(V + t * HD + tx * DT + e, vv + e);
+KUNROLL
+            for (int i = 0; i < 4; i++)
+KUNROLL
+                for (int e = 0; e < DT; e++) o[i][e] += pv[i] * vv[e];
+        }
+    }
+KUNROLL
+    for (int i = 0; i < 4; i++) {
+        int r = 4 * ty + i;
+        if (r >= nq) break;
+        size_t tok = (size_t)(i0 + r);
+KUNROLL
+        for (int e = 0; e < DT; e++) {
+            int d = tx * DT + e;
+            if (nsplit == 1) {
+                out[(tok * n_heads + h) * HD + d] = o[i][e] / l[i];
+            } else {
+                float *pp = part + ((tok * n_heads + h) * nsplit + s) * (size_t)(HD + 2);
+                pp[d] = o[i][e];
+                if (d == 0) {
+                    pp[HD] = m[i];
+                    pp[HD + 1] = l[i];
+                }
+            }
+        }
+    }
+}
+
 /* Merges the splits of (head blockIdx.x, token blockIdx.y). */
 KGLOBAL void k_attn_combine(const float *__restrict__ part, int nsplit, int n_heads, int hd, float *__restrict__ out) {
     int h = blockIdx.x;
@@ -912,14 +1054,22 @@ static size_t attn_smem(int qt, int tile, int hd) {
 }
 
 /* How attention runs N queries over NPOS positions: with the decode kernel
- * (dec: its rows a block, R >= n * group) or the general one (qt queries
- * per block, tile positions per shared-memory tile), and the split of the
- * positions (flash-decoding) with its partial results' bytes. tile is 0
- * when the head size does not fit shared memory. */
+ * (dec: its rows a block, R >= n * group), the tiled prompt kernel (bk: its
+ * positions a tile) or the general one (qt queries per block, tile
+ * positions per shared-memory tile), and the split of the positions
+ * (flash-decoding) with its partial results' bytes. tile is 0 when the head
+ * size does not fit shared memory. */
 typedef struct {
-    int dec, qt, tile, nsplit, split_len;
+    int dec, bk, qt, tile, nsplit, split_len;
     size_t part_bytes;
 } attn_plan;
+
+/* The tiled prompt kernel's positions a tile for head size HD (0: not
+ * this head size) and its shared memory. */
+static int tile_bk(int hd) { return hd == 64 ? 64 : hd == 128 ? 32 : 0; }
+static size_t tile_smem(int hd, int bk) {
+    return sizeof(float) * ((size_t)hd * TQ + 2 * (size_t)hd * bk + (size_t)bk * TQ_LD);
+}
 
 /* The decode kernel's rows a block for N queries of shape S (a power of
  * two), or 0 when it does not apply: head sizes 32, 64, 128 and 256, at
@@ -935,12 +1085,17 @@ static int dec_rows(int n, const kb_attn_shape *s) {
 
 static attn_plan attn_plan_make(const cu_impl *c, int n, int npos, const kb_attn_shape *s) {
     int hd = s->head_dim, heads = s->n_heads;
-    attn_plan p = {dec_rows(n, s), 1, ATT_TILE, 1, npos, 0};
+    attn_plan p = {dec_rows(n, s), tile_bk(hd), 1, ATT_TILE, 1, npos, 0};
+    if (p.dec || n < TILE_MIN_N || tile_smem(hd, p.bk) > c->smem_optin) p.bk = 0;
     int blocks, want = 2 * c->sm_count, unit, least;
     if (p.dec) {
         blocks = s->n_kv_heads;
         unit = DEC_WARPS * DEC_U;
         least = DEC_MIN_SPLIT;
+    } else if (p.bk) {
+        blocks = (n + TQ - 1) / TQ * heads;
+        unit = p.bk;
+        least = 2 * p.bk;
     } else {
         while (p.tile > 1 && attn_smem(1, p.tile, hd) > c->smem_optin) p.tile /= 2;
         if (attn_smem(1, p.tile, hd) > c->smem_optin) {
@@ -1328,6 +1483,21 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
         else
             dec_launch_hd<0>(c, hd, p.dec, dg, q, kc, vc, cache->kv_dim, n, pos0, heads, group, split_len, nsplit,
                              scale, s->window, out, part);
+    } else if (p.bk) {
+        dim3 tg((unsigned)((n + TQ - 1) / TQ), (unsigned)heads, (unsigned)nsplit), tb(TILE_THREADS);
+        size_t smem = tile_smem(hd, p.bk);
+        if (hd == 64 && f16)
+            launch(c, "attention", k_attn_tile<1, 64, 64>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
+                   group, split_len, nsplit, scale, s->window, out, part);
+        else if (hd == 64)
+            launch(c, "attention", k_attn_tile<0, 64, 64>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
+                   group, split_len, nsplit, scale, s->window, out, part);
+        else if (f16)
+            launch(c, "attention", k_attn_tile<1, 128, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
+                   group, split_len, nsplit, scale, s->window, out, part);
+        else
+            launch(c, "attention", k_attn_tile<0, 128, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
+                   group, split_len, nsplit, scale, s->window, out, part);
     } else {
         dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
         size_t smem = attn_smem(qt, tile, hd);
@@ -1462,6 +1632,14 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* FP32 SGEMM stays FP32 (no TF32) */
     cudaFuncSetAttribute((const void *)k_attn<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin);
     cudaFuncSetAttribute((const void *)k_attn<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin);
+    cudaFuncSetAttribute((const void *)k_attn_tile<0, 64, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)c->smem_optin);
+    cudaFuncSetAttribute((const void *)k_attn_tile<1, 64, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)c->smem_optin);
+    cudaFuncSetAttribute((const void *)k_attn_tile<0, 128, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)c->smem_optin);
+    cudaFuncSetAttribute((const void *)k_attn_tile<1, 128, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)c->smem_optin);
     cudaGetLastError();
 #else
     (void)err;

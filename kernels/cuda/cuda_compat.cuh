@@ -12,7 +12,8 @@
  * Kernels use: threadIdx/blockIdx/blockDim/gridDim (x, y, z), SMEM (static
  * shared arrays), DYN_SMEM (the dynamic shared buffer), sync_block(),
  * warp_sum/warp_max (butterfly shuffles over a whole warp: every lane of the
- * warp must call them), dp4a, f2i_rn, h2f/f2h/bf2f/bf16_round and the KGLOBAL/KDEV/KHD
+ * warp must call them), half_sum/half_max (the same over each half-warp of 16
+ * lanes; every lane calls them too), dp4a, f2i_rn, h2f/f2h/bf2f/bf16_round and the KGLOBAL/KDEV/KHD
  * qualifiers. Everything else is plain C++ arithmetic.
  */
 #ifndef ILPD_CUDA_COMPAT_CUH
@@ -58,6 +59,14 @@ KDEV float warp_max(float v) {
 }
 KDEV int warp_sum_i(int v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+KDEV float half_sum(float v) {
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+KDEV float half_max(float v) {
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 KDEV int f2i_rn(float x) { return __float2int_rn(x); }
@@ -119,6 +128,14 @@ static inline float warp_max(float v) {
 }
 static inline int warp_sum_i(int v) {
     for (int o = 16; o > 0; o >>= 1) v += emu_shfl_xor_i(v, o);
+    return v;
+}
+static inline float half_sum(float v) {
+    for (int o = 8; o > 0; o >>= 1) v += emu_shfl_xor(v, o);
+    return v;
+}
+static inline float half_max(float v) {
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, emu_shfl_xor(v, o));
     return v;
 }
 static inline int f2i_rn(float x) { return (int)nearbyintf(x); }

@@ -91,22 +91,53 @@ static const size_t W16_TILE_BYTES = (size_t)32 << 20;
  * Kernels
  * ====================================================================== */
 
+/* A matvec block has MV_THREADS / 32 warps, WPR (1, 2 or 4) of them per
+ * weight row: more warps a row for wide rows, so that each thread has a few
+ * loads to make and the GPU has many in flight. The warp's row, its index
+ * among the row's warps (sub) and its lane. */
+struct mv_pos {
+    int r, sub, lane;
+};
+KDEV mv_pos mv_at(int wpr) {
+    int warp = threadIdx.x >> 5;
+    mv_pos m = {(int)blockIdx.x * ((MV_THREADS / 32) / wpr) + warp / wpr, warp % wpr, (int)(threadIdx.x & 31)};
+    return m;
+}
+
+/* Sums each row's partial dots over its WPR warps, in warp order; every
+ * thread calls it. The totals end in ACC of lane 0 of the row's first warp
+ * (sub 0). */
+template <int NT> KDEV void mv_reduce(float *acc, int wpr) {
+    SMEM float red[MV_THREADS / 32][NT];
+KUNROLL
+    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
+    if (wpr == 1) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0)
+        for (int t = 0; t < NT; t++) red[warp][t] = acc[t];
+    sync_block();
+    if (warp % wpr == 0 && lane == 0)
+        for (int t = 0; t < NT; t++) {
+            float sum = 0.0f;
+            for (int i = 0; i < wpr; i++) sum += red[warp + i][t];
+            acc[t] = sum;
+        }
+}
+
 /* out[t*ldo + r] = row r of W (quantised type T) . activation token t, for
- * t < n <= NT; one warp per row. */
+ * t < n <= NT; WPR warps per row (mv_at). */
 template <int T, int NT>
 KGLOBAL void k_mv_quant(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
                         const int8_t *__restrict__ aq, const float *__restrict__ ad, const float *__restrict__ ads,
-                        int n, float *__restrict__ out, int ldo) {
+                        int n, float *__restrict__ out, int ldo, int wpr) {
     typedef wtraits<T> W;
-    int lane = threadIdx.x & 31;
-    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= rows) return; /* whole warps leave together */
-    const uint8_t *row = w + (size_t)r * row_bytes;
-    int nb32 = cols >> 5, items = (cols / W::QK) * W::PARTS;
+    mv_pos at = mv_at(wpr);
+    int r = at.r, nb32 = cols >> 5, items = r < rows ? (cols / W::QK) * W::PARTS : 0;
+    const uint8_t *row = w + (size_t)(r < rows ? r : 0) * row_bytes;
     float acc[NT];
 KUNROLL
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int it = lane; it < items; it += 32) {
+    for (int it = at.sub * 32 + at.lane; it < items; it += 32 * wpr) {
         int b = it / W::PARTS, p = it % W::PARTS;
         const uint8_t *blk = row + (size_t)b * W::BYTES;
 KUNROLL
@@ -117,9 +148,8 @@ KUNROLL
             }
         }
     }
-KUNROLL
-    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
-    if (lane == 0)
+    mv_reduce<NT>(acc, wpr);
+    if (r < rows && at.sub == 0 && at.lane == 0)
         for (int t = 0; t < NT && t < n; t++) out[(size_t)t * ldo + r] = acc[t];
 }
 
@@ -137,17 +167,16 @@ KUNROLL
  * width is a multiple of 8 values, or 4 for F32, and x is 16-byte aligned). */
 template <int T, int NT, bool VEC>
 KGLOBAL void k_mv_float(const void *__restrict__ w, int rows, int cols, const float *__restrict__ x, int n,
-                        float *__restrict__ out, int ldo) {
-    int lane = threadIdx.x & 31;
-    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= rows) return;
+                        float *__restrict__ out, int ldo, int wpr) {
+    mv_pos at = mv_at(wpr);
+    int live = at.r < rows, r = live ? at.r : 0, first = at.sub * 32 + at.lane, step = 32 * wpr;
     float acc[NT];
 KUNROLL
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
     if (VEC && T == WT_F32) {
         const float4 *wr = reinterpret_cast<const float4 *>(static_cast<const float *>(w) + (size_t)r * cols);
-        int nv = cols >> 2;
-        for (int v = lane; v < nv; v += 32) {
+        int nv = live ? cols >> 2 : 0;
+        for (int v = first; v < nv; v += step) {
             float4 a = wr[v];
 KUNROLL
             for (int t = 0; t < NT; t++) {
@@ -159,8 +188,8 @@ KUNROLL
         }
     } else if (VEC) {
         const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(w) + (size_t)r * cols);
-        int nv = cols >> 3;
-        for (int v = lane; v < nv; v += 32) {
+        int nv = live ? cols >> 3 : 0;
+        for (int v = first; v < nv; v += step) {
             float f[8];
             unpack8(T, wr[v], f);
 KUNROLL
@@ -179,16 +208,15 @@ KUNROLL
         }
     } else {
         const uint8_t *row = static_cast<const uint8_t *>(w) + (size_t)r * cols * (T == WT_F32 ? 4 : 2);
-        for (int k = lane; k < cols; k += 32) {
+        for (int k = first; k < (live ? cols : 0); k += step) {
             float a = dq_elem(T, row, k);
 KUNROLL
             for (int t = 0; t < NT; t++)
                 if (t < n) acc[t] += a * (T == WT_BF16 ? bf16_round(x[(size_t)t * cols + k]) : x[(size_t)t * cols + k]);
         }
     }
-KUNROLL
-    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
-    if (lane == 0)
+    mv_reduce<NT>(acc, wpr);
+    if (live && at.sub == 0 && at.lane == 0)
         for (int t = 0; t < NT && t < n; t++) out[(size_t)t * ldo + r] = acc[t];
 }
 
@@ -1261,36 +1289,47 @@ static void cu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weig
            static_cast<const float *>(w->dev), dim, eps, out);
 }
 
+/* Warps per row for rows of ITEMS loads a lane: each thread makes at least
+ * 4 when it can. */
+static int mv_wpr(int items) { return items >= 4 * 32 * 4 ? 4 : items >= 4 * 32 * 2 ? 2 : 1; }
+
+static dim3 mv_grid(int rows, int wpr) {
+    int per = (MV_THREADS / 32) / wpr;
+    return dim3((unsigned)((rows + per - 1) / per));
+}
+
 template <int T>
 static void mv_quant_launch(cu_impl *c, const kb_weight *w, size_t rb, const int8_t *aq, const float *ad,
                             const float *ads, int n, float *out) {
-    dim3 grid((unsigned)((w->rows + MV_THREADS / 32 - 1) / (MV_THREADS / 32)));
+    int wpr = mv_wpr(w->cols / wtraits<T>::QK * wtraits<T>::PARTS);
+    dim3 grid = mv_grid(w->rows, wpr);
     const uint8_t *wd = static_cast<const uint8_t *>(w->dev);
     if (n == 1)
         launch(c, "matvec", k_mv_quant<T, 1>, grid, dim3(MV_THREADS), 0, wd, rb, w->rows, w->cols, aq, ad, ads, n,
-               out, w->rows);
+               out, w->rows, wpr);
     else
         launch(c, "matvec", k_mv_quant<T, MV_NT>, grid, dim3(MV_THREADS), 0, wd, rb, w->rows, w->cols, aq, ad, ads,
-               n, out, w->rows);
+               n, out, w->rows, wpr);
 }
 
 template <int T>
 static void mv_float_launch(cu_impl *c, const kb_weight *w, const float *x, int n, float *out) {
-    dim3 grid((unsigned)((w->rows + MV_THREADS / 32 - 1) / (MV_THREADS / 32)));
     int vec = (T == WT_F32 ? w->cols % 4 == 0 : w->cols % 8 == 0) && ((uintptr_t)x & 15) == 0 &&
               ((uintptr_t)w->dev & 15) == 0;
+    int wpr = mv_wpr(vec ? w->cols / (T == WT_F32 ? 4 : 8) : w->cols);
+    dim3 grid = mv_grid(w->rows, wpr);
     if (vec && n == 1)
         launch(c, "matvec", k_mv_float<T, 1, true>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n, out,
-               w->rows);
+               w->rows, wpr);
     else if (vec)
         launch(c, "matvec", k_mv_float<T, MV_NT, true>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n,
-               out, w->rows);
+               out, w->rows, wpr);
     else if (n == 1)
         launch(c, "matvec", k_mv_float<T, 1, false>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n, out,
-               w->rows);
+               w->rows, wpr);
     else
         launch(c, "matvec", k_mv_float<T, MV_NT, false>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n,
-               out, w->rows);
+               out, w->rows, wpr);
 }
 
 static int is_quant(ggml_type t) {

@@ -818,15 +818,17 @@ static void run_all(kb_backend *g, const char *models) {
                                           GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_1,
                                           GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
                                           GGML_TYPE_Q5_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
-        /* rows and widths of the operation checks below, heads up to 128 wide */
+        /* rows and widths of the operation checks below (up to 8192), heads up to 128 wide */
         kb_attn_shape heads = {16, 16, 128, 0, NULL, 0, 0, 0, 0};
-        kb_scratch_shape sh = {64, 1024, 128, &heads};
+        kb_scratch_shape sh = {64, 8192, 128, &heads};
         if (g->reserve(g, &sh) || c->reserve(c, &sh)) CHECK(0, TAG ": reserve");
         for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
             ggml_type t = types[i];
             int quant = t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16;
             check_matmul(p, t, 40, quant ? 512 : 128);
             if (!quant) check_matmul(p, t, 37, 100);
+            if (i < 7) /* the types with own kernels: wide rows, 2 and 4 warps a row */
+                for (int wide = 2048; wide <= 8192; wide *= 2) check_matmul(p, t, 9, wide);
         }
         check_unsupported_types(g);
         check_elementwise(p);

@@ -634,9 +634,9 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
     const kb_attn_shape *attn = L->swa ? &m->attn_swa : &m->attn;
     float *x = s->x + (size_t)r0 * m->dim;
     kb->rmsnorm(kb, s->xb, x, &L->attn_norm, n, m->dim, m->eps);
-    kb->matmul(kb, s->q, &L->wq, s->xb, n);
-    kb->matmul(kb, s->k, &L->wk, s->xb, n);
-    kb->matmul(kb, s->v, &L->wv, s->xb, n);
+    float *qkv[3] = {s->q, s->k, s->v};
+    const kb_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+    kb_matmul_many(kb, qkv, wqkv, 3, s->xb, n);
     if (L->has_bias) {
         kb->add_bias(kb, s->q, &L->bq, n);
         kb->add_bias(kb, s->k, &L->bk, n);
@@ -653,8 +653,9 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
     if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_attn_norm, n, m->dim, m->eps);
     kb->add(kb, x, s->xb, (size_t)n * m->dim);
     kb->rmsnorm(kb, s->xb, x, &L->ffn_norm, n, m->dim, m->eps);
-    kb->matmul(kb, s->hb, &L->w_gate, s->xb, n);
-    kb->matmul(kb, s->hb2, &L->w_up, s->xb, n);
+    float *gu[2] = {s->hb, s->hb2};
+    const kb_weight *wgu[2] = {&L->w_gate, &L->w_up};
+    kb_matmul_many(kb, gu, wgu, 2, s->xb, n);
     if (m->family->gelu) kb->geglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
     else kb->swiglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
     kb->matmul(kb, s->xb, &L->w_down, s->hb, n);

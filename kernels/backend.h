@@ -48,6 +48,8 @@ typedef enum { KB_KV_F32, KB_KV_F16 } kb_kv_type;
 
 /* Batches of up to this many rows are batch-invariant in matmul (below). */
 #define KB_EXACT_ROWS 8
+/* The most weights one matmul_many call takes. */
+#define KB_MATMUL_MANY 3
 
 /* One layer's KV cache: n_ctx positions of kv_dim values each for K and V. */
 typedef struct {
@@ -112,6 +114,12 @@ struct kb_backend {
      * row gives: verifying drafted tokens in one batch reproduces one-token
      * decoding exactly (engine/speculate.h). */
     void (*matmul)(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n);
+    /* outs[i] = x times ws[i] transposed for i < count <= KB_MATMUL_MANY
+     * (Q, K and V; gate and up): bit for bit what count matmul calls give,
+     * but a backend may quantise x once and multiply all of them in one
+     * launch. NULL: the caller makes the matmul calls (kb_matmul_many). */
+    void (*matmul_many)(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x,
+                        int n);
     /* x[n][b->cols] += b (an F32 bias of b->cols values). */
     void (*add_bias)(kb_backend *kb, float *x, const kb_weight *b, int n);
     /* Rotates the N_HEADS heads of each of n rows of X; row i is at position pos0 + i. */
@@ -145,6 +153,9 @@ kb_backend *kb_cuda_create(int dev, char *err, size_t errlen);
 
 /* Bytes of one KV cache layer of this shape and type. */
 size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
+
+/* kb->matmul_many, or COUNT matmul calls when the backend has none. */
+void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x, int n);
 
 /* Installs FN as the receiver of the backends' warnings (EVENT: a short
  * name, MSG: one line); NULL (the default) drops them. */

@@ -1,4 +1,4 @@
-/* backend_common.c - what every backend shares: KV sizes, the error state. */
+/* backend_common.c - what every backend shares: KV sizes, matmul_many's fallback, the error state. */
 #include "kernels/backend.h"
 
 #include <stdarg.h>
@@ -6,6 +6,13 @@
 
 size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim) {
     return (size_t)n_ctx * (size_t)kv_dim * (t == KB_KV_F16 ? 2 : 4);
+}
+
+void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x, int n) {
+    if (kb->matmul_many)
+        kb->matmul_many(kb, outs, ws, count, x, n);
+    else
+        for (int i = 0; i < count; i++) kb->matmul(kb, outs[i], ws[i], x, n);
 }
 
 static void (*logger)(const char *event, const char *msg);

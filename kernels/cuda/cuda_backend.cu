@@ -124,16 +124,34 @@ KUNROLL
         }
 }
 
-/* out[t*ldo + r] = row r of W (quantised type T) . activation token t, for
- * t < n <= NT; WPR warps per row (mv_at). */
+/* Up to 3 weights of one type and width that multiply the same input in
+ * one launch (Q, K and V; gate and up): the grid's rows are weight 0's,
+ * then weight 1's, ...; out[i] is weight i's [n][rows[i]]. */
+struct mv_set {
+    const void *w[3];
+    float *out[3];
+    int rows[3], count;
+};
+
+/* Which weight of S global row R is in; R becomes the row within it, or
+ * the weight's row count when R is past the set's last row. */
+KDEV int mv_pick(const mv_set &s, int *r) {
+    int i = 0;
+    while (i < s.count - 1 && *r >= s.rows[i]) *r -= s.rows[i++];
+    if (*r > s.rows[i]) *r = s.rows[i];
+    return i;
+}
+
+/* out[i][t*rows[i] + r] = row r of weight i (quantised type T) . activation
+ * token t, for t < n <= NT; WPR warps per row (mv_at). */
 template <int T, int NT>
-KGLOBAL void k_mv_quant(const uint8_t *__restrict__ w, size_t row_bytes, int rows, int cols,
-                        const int8_t *__restrict__ aq, const float *__restrict__ ad, const float *__restrict__ ads,
-                        int n, float *__restrict__ out, int ldo, int wpr) {
+KGLOBAL void k_mv_quant(mv_set set, size_t row_bytes, int cols, const int8_t *__restrict__ aq,
+                        const float *__restrict__ ad, const float *__restrict__ ads, int n, int wpr) {
     typedef wtraits<T> W;
     mv_pos at = mv_at(wpr);
-    int r = at.r, nb32 = cols >> 5, items = r < rows ? (cols / W::QK) * W::PARTS : 0;
-    const uint8_t *row = w + (size_t)(r < rows ? r : 0) * row_bytes;
+    int r = at.r, wi = mv_pick(set, &r), rows = set.rows[wi];
+    int nb32 = cols >> 5, items = r < rows ? (cols / W::QK) * W::PARTS : 0;
+    const uint8_t *row = static_cast<const uint8_t *>(set.w[wi]) + (size_t)(r < rows ? r : 0) * row_bytes;
     float acc[NT];
 KUNROLL
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -150,7 +168,7 @@ KUNROLL
     }
     mv_reduce<NT>(acc, wpr);
     if (r < rows && at.sub == 0 && at.lane == 0)
-        for (int t = 0; t < NT && t < n; t++) out[(size_t)t * ldo + r] = acc[t];
+        for (int t = 0; t < NT && t < n; t++) set.out[wi][(size_t)t * rows + r] = acc[t];
 }
 
 KDEV void unpack8(int t, uint4 v, float *f) {
@@ -166,10 +184,12 @@ KUNROLL
 /* The same for float weights (F32, F16, BF16); VEC: 16-byte loads (the
  * width is a multiple of 8 values, or 4 for F32, and x is 16-byte aligned). */
 template <int T, int NT, bool VEC>
-KGLOBAL void k_mv_float(const void *__restrict__ w, int rows, int cols, const float *__restrict__ x, int n,
-                        float *__restrict__ out, int ldo, int wpr) {
+KGLOBAL void k_mv_float(mv_set set, int cols, const float *__restrict__ x, int n, int wpr) {
     mv_pos at = mv_at(wpr);
-    int live = at.r < rows, r = live ? at.r : 0, first = at.sub * 32 + at.lane, step = 32 * wpr;
+    int r = at.r, wi = mv_pick(set, &r), rows = set.rows[wi];
+    int live = r < rows, first = at.sub * 32 + at.lane, step = 32 * wpr;
+    const void *w = set.w[wi];
+    if (!live) r = 0;
     float acc[NT];
 KUNROLL
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -217,7 +237,7 @@ KUNROLL
     }
     mv_reduce<NT>(acc, wpr);
     if (live && at.sub == 0 && at.lane == 0)
-        for (int t = 0; t < NT && t < n; t++) out[(size_t)t * ldo + r] = acc[t];
+        for (int t = 0; t < NT && t < n; t++) set.out[wi][(size_t)t * rows + r] = acc[t];
 }
 
 /* The reference: any type, any n, one warp per row, float dot of the
@@ -1298,38 +1318,38 @@ static dim3 mv_grid(int rows, int wpr) {
     return dim3((unsigned)((rows + per - 1) / per));
 }
 
-template <int T>
-static void mv_quant_launch(cu_impl *c, const kb_weight *w, size_t rb, const int8_t *aq, const float *ad,
-                            const float *ads, int n, float *out) {
-    int wpr = mv_wpr(w->cols / wtraits<T>::QK * wtraits<T>::PARTS);
-    dim3 grid = mv_grid(w->rows, wpr);
-    const uint8_t *wd = static_cast<const uint8_t *>(w->dev);
-    if (n == 1)
-        launch(c, "matvec", k_mv_quant<T, 1>, grid, dim3(MV_THREADS), 0, wd, rb, w->rows, w->cols, aq, ad, ads, n,
-               out, w->rows, wpr);
-    else
-        launch(c, "matvec", k_mv_quant<T, MV_NT>, grid, dim3(MV_THREADS), 0, wd, rb, w->rows, w->cols, aq, ad, ads,
-               n, out, w->rows, wpr);
+/* SET's rows in all. */
+static int mv_rows(const mv_set &set) {
+    int rows = 0;
+    for (int i = 0; i < set.count; i++) rows += set.rows[i];
+    return rows;
 }
 
 template <int T>
-static void mv_float_launch(cu_impl *c, const kb_weight *w, const float *x, int n, float *out) {
-    int vec = (T == WT_F32 ? w->cols % 4 == 0 : w->cols % 8 == 0) && ((uintptr_t)x & 15) == 0 &&
-              ((uintptr_t)w->dev & 15) == 0;
-    int wpr = mv_wpr(vec ? w->cols / (T == WT_F32 ? 4 : 8) : w->cols);
-    dim3 grid = mv_grid(w->rows, wpr);
-    if (vec && n == 1)
-        launch(c, "matvec", k_mv_float<T, 1, true>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n, out,
-               w->rows, wpr);
-    else if (vec)
-        launch(c, "matvec", k_mv_float<T, MV_NT, true>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n,
-               out, w->rows, wpr);
-    else if (n == 1)
-        launch(c, "matvec", k_mv_float<T, 1, false>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n, out,
-               w->rows, wpr);
+static void mv_quant_launch(cu_impl *c, const mv_set &set, int cols, size_t rb, const int8_t *aq, const float *ad,
+                            const float *ads, int n) {
+    int wpr = mv_wpr(cols / wtraits<T>::QK * wtraits<T>::PARTS);
+    dim3 grid = mv_grid(mv_rows(set), wpr);
+    if (n == 1)
+        launch(c, "matvec", k_mv_quant<T, 1>, grid, dim3(MV_THREADS), 0, set, rb, cols, aq, ad, ads, n, wpr);
     else
-        launch(c, "matvec", k_mv_float<T, MV_NT, false>, grid, dim3(MV_THREADS), 0, w->dev, w->rows, w->cols, x, n,
-               out, w->rows, wpr);
+        launch(c, "matvec", k_mv_quant<T, MV_NT>, grid, dim3(MV_THREADS), 0, set, rb, cols, aq, ad, ads, n, wpr);
+}
+
+template <int T>
+static void mv_float_launch(cu_impl *c, const mv_set &set, int cols, const float *x, int n) {
+    int vec = (T == WT_F32 ? cols % 4 == 0 : cols % 8 == 0) && ((uintptr_t)x & 15) == 0;
+    for (int i = 0; i < set.count; i++) vec = vec && ((uintptr_t)set.w[i] & 15) == 0;
+    int wpr = mv_wpr(vec ? cols / (T == WT_F32 ? 4 : 8) : cols);
+    dim3 grid = mv_grid(mv_rows(set), wpr);
+    if (vec && n == 1)
+        launch(c, "matvec", k_mv_float<T, 1, true>, grid, dim3(MV_THREADS), 0, set, cols, x, n, wpr);
+    else if (vec)
+        launch(c, "matvec", k_mv_float<T, MV_NT, true>, grid, dim3(MV_THREADS), 0, set, cols, x, n, wpr);
+    else if (n == 1)
+        launch(c, "matvec", k_mv_float<T, 1, false>, grid, dim3(MV_THREADS), 0, set, cols, x, n, wpr);
+    else
+        launch(c, "matvec", k_mv_float<T, MV_NT, false>, grid, dim3(MV_THREADS), 0, set, cols, x, n, wpr);
 }
 
 static int is_quant(ggml_type t) {
@@ -1376,22 +1396,35 @@ static void matmul_ref(cu_impl *c, float *out, const kb_weight *w, const float *
            rb, w->rows, w->cols, x, n, out, w->rows);
 }
 
-static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n) {
-    cu_impl *c = impl_of(kb);
-    if (n <= 0) return;
-    if (!w->dev) return report(c, "matmul", "the weight is not uploaded");
-    kb_weight dw = *w; /* as the device holds it (F16 for the types dequantised at upload) */
-    dw.type = dev_type(w);
-    w = &dw;
-    size_t rb = ggml_row_bytes(w->type, (uint64_t)w->cols);
-    if (c->ref) return matmul_ref(c, out, w, x, n, rb);
-    if (c->gemm_min_n > 0 && n >= c->gemm_min_n && matmul_gemm(c, out, w, x, n, rb) == 0) return;
-    int cols = w->cols;
-    if (is_quant(w->type)) {
+/* SET (its outputs at row 0) for tokens [t0, t0 + n). */
+static mv_set mv_rows_from(const mv_set &set, int t0) {
+    mv_set at = set;
+    for (int i = 0; i < set.count; i++) at.out[i] = set.out[i] + (size_t)t0 * set.rows[i];
+    return at;
+}
+
+/* The own kernels for the COUNT weights W (as the device holds them, one
+ * type and width) times the same N rows of X: the activation quantised once
+ * for all of them, one launch per 8 rows. */
+static void matmul_own(cu_impl *c, float *const *outs, const kb_weight *w, int count, const float *x, int n) {
+    int cols = w[0].cols;
+    size_t rb = ggml_row_bytes(w[0].type, (uint64_t)cols);
+    mv_set set;
+    memset(&set, 0, sizeof set);
+    set.count = count;
+    for (int i = 0; i < count; i++) {
+        set.w[i] = w[i].dev;
+        set.out[i] = outs[i];
+        set.rows[i] = w[i].rows;
+    }
+    if (is_quant(w[0].type)) {
         size_t per = act_bytes(1, (size_t)cols);
         int cap = 0;
         while (cap < n && act_bytes((size_t)cap + 1, (size_t)cols) <= c->act.cap) cap++;
-        if (cap < 1 || c->act.cap < per) return matmul_ref(c, out, w, x, n, rb);
+        if (cap < 1 || c->act.cap < per) {
+            for (int i = 0; i < count; i++) matmul_ref(c, outs[i], &w[i], x, n, rb);
+            return;
+        }
         for (int t0 = 0; t0 < n; t0 += cap) {
             int nt = n - t0 < cap ? n - t0 : cap;
             size_t nb = (size_t)nt * (cols / 32);
@@ -1405,12 +1438,12 @@ static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const floa
                 int m = nt - s0 < MV_NT ? nt - s0 : MV_NT;
                 const int8_t *q = aq + (size_t)s0 * cols;
                 const float *d = ad + (size_t)s0 * (cols / 32), *ds = ads + (size_t)s0 * (cols / 32);
-                float *o = out + (size_t)(t0 + s0) * w->rows;
-                switch (w->type) {
-                case GGML_TYPE_Q8_0: mv_quant_launch<WT_Q8_0>(c, w, rb, q, d, ds, m, o); break;
-                case GGML_TYPE_Q4_0: mv_quant_launch<WT_Q4_0>(c, w, rb, q, d, ds, m, o); break;
-                case GGML_TYPE_Q4_K: mv_quant_launch<WT_Q4_K>(c, w, rb, q, d, ds, m, o); break;
-                default: mv_quant_launch<WT_Q6_K>(c, w, rb, q, d, ds, m, o); break;
+                mv_set at = mv_rows_from(set, t0 + s0);
+                switch (w[0].type) {
+                case GGML_TYPE_Q8_0: mv_quant_launch<WT_Q8_0>(c, at, cols, rb, q, d, ds, m); break;
+                case GGML_TYPE_Q4_0: mv_quant_launch<WT_Q4_0>(c, at, cols, rb, q, d, ds, m); break;
+                case GGML_TYPE_Q4_K: mv_quant_launch<WT_Q4_K>(c, at, cols, rb, q, d, ds, m); break;
+                default: mv_quant_launch<WT_Q6_K>(c, at, cols, rb, q, d, ds, m); break;
                 }
             }
             if (t0 + nt < n) rt_sync(c); /* the activation buffer is reused */
@@ -1420,14 +1453,43 @@ static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const floa
     for (int s0 = 0; s0 < n; s0 += MV_NT) {
         int m = n - s0 < MV_NT ? n - s0 : MV_NT;
         const float *xs = x + (size_t)s0 * cols;
-        float *o = out + (size_t)s0 * w->rows;
-        switch (w->type) {
-        case GGML_TYPE_F32: mv_float_launch<WT_F32>(c, w, xs, m, o); break;
-        case GGML_TYPE_F16: mv_float_launch<WT_F16>(c, w, xs, m, o); break;
-        case GGML_TYPE_BF16: mv_float_launch<WT_BF16>(c, w, xs, m, o); break;
+        mv_set at = mv_rows_from(set, s0);
+        switch (w[0].type) {
+        case GGML_TYPE_F32: mv_float_launch<WT_F32>(c, at, cols, xs, m); break;
+        case GGML_TYPE_F16: mv_float_launch<WT_F16>(c, at, cols, xs, m); break;
+        case GGML_TYPE_BF16: mv_float_launch<WT_BF16>(c, at, cols, xs, m); break;
         default: return report(c, "matmul", "unsupported weight type");
         }
     }
+}
+
+/* One weight W (as the device holds it): the reference, cuBLAS, or the own kernels. */
+static void matmul_one(cu_impl *c, float *out, const kb_weight *w, const float *x, int n) {
+    size_t rb = ggml_row_bytes(w->type, (uint64_t)w->cols);
+    if (c->ref) return matmul_ref(c, out, w, x, n, rb);
+    if (c->gemm_min_n > 0 && n >= c->gemm_min_n && matmul_gemm(c, out, w, x, n, rb) == 0) return;
+    matmul_own(c, &out, w, 1, x, n);
+}
+
+static void cu_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x,
+                           int n) {
+    cu_impl *c = impl_of(kb);
+    if (n <= 0 || count <= 0) return;
+    if (count > KB_MATMUL_MANY) return report(c, "matmul", "more weights than one launch takes");
+    kb_weight dw[KB_MATMUL_MANY]; /* as the device holds them (F16 for the types dequantised at upload) */
+    int same = 1;
+    for (int i = 0; i < count; i++) {
+        if (!ws[i]->dev) return report(c, "matmul", "the weight is not uploaded");
+        dw[i] = *ws[i];
+        dw[i].type = dev_type(ws[i]);
+        same = same && dw[i].type == dw[0].type && dw[i].cols == dw[0].cols;
+    }
+    if (same && !c->ref && !(c->gemm_min_n > 0 && n >= c->gemm_min_n)) return matmul_own(c, outs, dw, count, x, n);
+    for (int i = 0; i < count; i++) matmul_one(c, outs[i], &dw[i], x, n);
+}
+
+static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n) {
+    cu_matmul_many(kb, &out, &w, 1, x, n);
 }
 
 static void cu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
@@ -1704,6 +1766,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->kv_save = cu_kv_save;
     kb->kv_load = cu_kv_load;
     kb->reserve = cu_reserve;
+    kb->matmul_many = cu_matmul_many;
     kb->weight_upload = cu_weight_upload;
     kb->weight_release = cu_weight_release;
     kb->embed = cu_embed;

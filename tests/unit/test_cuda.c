@@ -321,6 +321,73 @@ static void check_elementwise(pair p) {
     p.c->free(p.c, oc);
 }
 
+/* matmul_many: three weights of type T (40, 24 and 24 rows of COLS) times
+ * the same input, bit for bit the three matmul calls, in fewer launches
+ * (one quantisation, one matvec for all three) for the own kernels (up to
+ * 8 rows; 12 go through cuBLAS, or with ILPD_CUDA_GEMM_MIN_N=0 through the
+ * own kernels in two launches); the same with weights of two types (one
+ * call each). */
+static void check_matmul_many(pair p, ggml_type t, ggml_type other, int cols) {
+    enum { N_MAX = 12 };
+    const int rows[3] = {40, 24, 24};
+    kb_weight w[3];
+    uint8_t *host[3] = {NULL, NULL, NULL};
+    float *x = malloc((size_t)N_MAX * cols * sizeof(float)), *a = malloc((size_t)N_MAX * 40 * sizeof(float)),
+          *b = malloc((size_t)N_MAX * 40 * sizeof(float));
+    float *xg = NULL, *one[3] = {NULL, NULL, NULL}, *many[3] = {NULL, NULL, NULL};
+    int ok = x && a && b, bad = 0, fewer = 1;
+    for (int i = 0; i < 3; i++) {
+        ggml_type ti = i == 2 ? other : t;
+        size_t rb = ggml_row_bytes(ti, (uint64_t)cols), bytes = rb * rows[i];
+        host[i] = malloc(bytes);
+        w[i] = (kb_weight){ti, rows[i], cols, host[i], NULL, bytes};
+        if (!host[i]) {
+            ok = 0;
+            continue;
+        }
+        fill_weight(ti, host[i], bytes);
+        ok = ok && p.g->weight_upload(p.g, &w[i]) == 0;
+        one[i] = p.g->alloc(p.g, (size_t)N_MAX * rows[i] * sizeof(float));
+        many[i] = p.g->alloc(p.g, (size_t)N_MAX * rows[i] * sizeof(float));
+        ok = ok && one[i] && many[i];
+    }
+    if (ok) {
+        for (size_t i = 0; i < (size_t)N_MAX * cols; i++) x[i] = unif();
+        xg = dev_from(p.g, x, (size_t)N_MAX * cols);
+        ok = xg != NULL;
+    }
+    const int ns[] = {1, 3, 8, N_MAX};
+    for (size_t ni = 0; ok && ni < sizeof ns / sizeof *ns; ni++) {
+        int n = ns[ni];
+        uint64_t l0 = p.g->launches(p.g);
+        for (int i = 0; i < 3; i++) p.g->matmul(p.g, one[i], &w[i], xg, n);
+        uint64_t l1 = p.g->launches(p.g);
+        const kb_weight *ws[3] = {&w[0], &w[1], &w[2]};
+        kb_matmul_many(p.g, many, ws, 3, xg, n);
+        uint64_t l2 = p.g->launches(p.g);
+        fewer = fewer && (t != other || n > KB_EXACT_ROWS || l2 - l1 < l1 - l0);
+        for (int i = 0; i < 3; i++) {
+            host_from(p.g, a, one[i], (size_t)n * rows[i]);
+            host_from(p.g, b, many[i], (size_t)n * rows[i]);
+            bad += memcmp(a, b, (size_t)n * rows[i] * sizeof(float)) != 0;
+        }
+    }
+    CHECK(ok && !bad && fewer && !kb_error(p.g),
+          TAG ": matmul_many %s, %s and %s [40/24/24 x %d] n=1,3,8,12: bit for bit three matmul calls (%d differ)%s",
+          ggml_type_name(t), ggml_type_name(t), ggml_type_name(other), cols, bad,
+          t == other ? ", in fewer launches" : "");
+    p.g->free(p.g, xg);
+    for (int i = 0; i < 3; i++) {
+        if (host[i]) p.g->weight_release(p.g, &w[i]);
+        p.g->free(p.g, one[i]);
+        p.g->free(p.g, many[i]);
+        free(host[i]);
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+
 /* A kernel that fails (a test's injected fault, taken where a failed launch
  * is reported) is recorded in the backend's error state, which sticks until
  * cleared; the same operation then runs as on the CPU. */
@@ -827,9 +894,13 @@ static void run_all(kb_backend *g, const char *models) {
             int quant = t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16;
             check_matmul(p, t, 40, quant ? 512 : 128);
             if (!quant) check_matmul(p, t, 37, 100);
-            if (i < 7) /* the types with own kernels: wide rows, 2 and 4 warps a row */
+            if (i < 7) { /* the types with own kernels: wide rows, 2 and 4 warps a row; weight sets */
                 for (int wide = 2048; wide <= 8192; wide *= 2) check_matmul(p, t, 9, wide);
+                check_matmul_many(p, t, t, quant ? 512 : 128);
+                check_matmul_many(p, t, t, 4096);
+            }
         }
+        check_matmul_many(p, GGML_TYPE_Q8_0, GGML_TYPE_F16, 512);
         check_unsupported_types(g);
         check_elementwise(p);
         check_fault(p);
@@ -1048,6 +1119,19 @@ int main(int argc, char **argv) {
     if (g) {
         run_all(g, models);
         g->destroy(g);
+    }
+    if (!models) { /* the own kernels past 8 rows: cuBLAS off */
+        setenv("ILPD_CUDA_GEMM_MIN_N", "0", 1);
+        kb_backend *own = kb_cuda_emu_create(0, err, sizeof err);
+        unsetenv("ILPD_CUDA_GEMM_MIN_N");
+        kb_scratch_shape sh = {16, 4096, 16, NULL};
+        CHECK(own && own->reserve(own, &sh) == 0, TAG ": an emulated backend without cuBLAS %s", err);
+        if (own) {
+            pair q = {own, NULL};
+            check_matmul_many(q, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, 512);
+            check_matmul_many(q, GGML_TYPE_F16, GGML_TYPE_F16, 4096);
+            own->destroy(own);
+        }
     }
 #else
 #ifdef ILPD_CUDA

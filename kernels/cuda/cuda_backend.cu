@@ -279,6 +279,35 @@ KGLOBAL void k_quant_act(const float *__restrict__ x, int nblocks, int8_t *__res
     }
 }
 
+/* COUNT values of W (quantised type T, rows of ROW_BYTES, COLS wide, a
+ * multiple of 32) as F16: a thread per 32 values, one division per block
+ * and 16-byte stores (OUT 16-byte aligned). */
+template <int T>
+KGLOBAL void k_dequant_q_f16(const uint8_t *__restrict__ w, size_t row_bytes, int cols, size_t count,
+                             uint16_t *__restrict__ out) {
+    size_t nb = count / 32, stride = (size_t)gridDim.x * blockDim.x;
+    int bpr = cols / 32;
+    for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += stride) {
+        size_t r = b / (size_t)bpr;
+        int k0 = (int)(b - r * (size_t)bpr) * 32;
+        const uint8_t *row = w + r * row_bytes;
+        uint32_t h[16];
+KUNROLL
+        for (int i = 0; i < 16; i++)
+            h[i] = (uint32_t)f2h(dq_elem(T, row, k0 + 2 * i)) | ((uint32_t)f2h(dq_elem(T, row, k0 + 2 * i + 1)) << 16);
+#ifdef __CUDA_ARCH__
+        uint4 *o = reinterpret_cast<uint4 *>(out + b * 32);
+KUNROLL
+        for (int i = 0; i < 4; i++) o[i] = make_uint4(h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]);
+#else
+        for (int i = 0; i < 16; i++) {
+            out[b * 32 + 2 * i] = (uint16_t)(h[i] & 0xffff);
+            out[b * 32 + 2 * i + 1] = (uint16_t)(h[i] >> 16);
+        }
+#endif
+    }
+}
+
 /* COUNT values of W (type T, rows of ROW_BYTES, COLS wide) as F16. */
 template <int T>
 KGLOBAL void k_dequant_f16(const uint8_t *__restrict__ w, size_t row_bytes, int cols, size_t count,
@@ -1376,13 +1405,13 @@ static int matmul_gemm(cu_impl *c, float *out, const kb_weight *w, const float *
         int tr = rows - r0 < tile ? rows - r0 : tile;
         size_t cnt = (size_t)tr * cols;
         const uint8_t *src = static_cast<const uint8_t *>(w->dev) + (size_t)r0 * rb;
-        dim3 g(grid_for(c, cnt, EW_THREADS)), b(EW_THREADS);
+        dim3 g(grid_for(c, cnt, EW_THREADS)), gq(grid_for(c, cnt / 32, EW_THREADS)), b(EW_THREADS);
         switch (w->type) {
         case GGML_TYPE_BF16: launch(c, "dequant", k_dequant_f16<WT_BF16>, g, b, 0, src, rb, cols, cnt, w16); break;
-        case GGML_TYPE_Q8_0: launch(c, "dequant", k_dequant_f16<WT_Q8_0>, g, b, 0, src, rb, cols, cnt, w16); break;
-        case GGML_TYPE_Q4_0: launch(c, "dequant", k_dequant_f16<WT_Q4_0>, g, b, 0, src, rb, cols, cnt, w16); break;
-        case GGML_TYPE_Q4_K: launch(c, "dequant", k_dequant_f16<WT_Q4_K>, g, b, 0, src, rb, cols, cnt, w16); break;
-        case GGML_TYPE_Q6_K: launch(c, "dequant", k_dequant_f16<WT_Q6_K>, g, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q8_0: launch(c, "dequant", k_dequant_q_f16<WT_Q8_0>, gq, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q4_0: launch(c, "dequant", k_dequant_q_f16<WT_Q4_0>, gq, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q4_K: launch(c, "dequant", k_dequant_q_f16<WT_Q4_K>, gq, b, 0, src, rb, cols, cnt, w16); break;
+        case GGML_TYPE_Q6_K: launch(c, "dequant", k_dequant_q_f16<WT_Q6_K>, gq, b, 0, src, rb, cols, cnt, w16); break;
         default: return -1;
         }
         if (blas_hgemm(c, tr, n, cols, w16, cols, x16, cols, out + r0, rows)) return -1;

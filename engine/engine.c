@@ -173,6 +173,39 @@ static int context_size(const engine_params *p, const model *m, kb_kv_type kv_ty
     return n;
 }
 
+/* Caps *N_CTX so that the fullest request (a prompt of the whole context,
+ * every layer) fits the memory the backend has left after the weights,
+ * less a margin (allocation granularity, cuBLAS's workspace), and logs what
+ * the weights and a request take. 0, or -1 with err set when not even two
+ * positions fit. */
+static int memory_fit(engine *e, int *n_ctx, const char *path, char *err, size_t errlen) {
+    const model *m = &e->model;
+    kb_backend *kb = e->kb;
+    size_t avail = kb->mem_free ? kb->mem_free(kb) : (size_t)-1;
+    if (avail != (size_t)-1) {
+        size_t margin = avail / 20 + ((size_t)256 << 20);
+        int fit = model_context_fit(m, kb, *n_ctx, e->kv_type, avail > margin ? avail - margin : 0);
+        if (fit < 2) {
+            snprintf(err, errlen, "%s: %zu MiB are left on %s after the weights: no room for a request's KV cache and "
+                     "scratch", path, avail >> 20, kb->name);
+            return -1;
+        }
+        if (fit < *n_ctx)
+            log_msg(LOG_INFO, "context", "context of %d tokens capped to %d by the %zu MiB free on %s", *n_ctx, fit,
+                    avail >> 20, kb->name);
+        *n_ctx = fit;
+    }
+    size_t per_pos = (size_t)m->n_layers * 2 * kb_kv_bytes(e->kv_type, 1, m->kv_dim);
+    size_t full = model_state_bytes(m, kb, *n_ctx, *n_ctx, NULL, e->kv_type);
+    char left[64] = "";
+    if (avail != (size_t)-1) snprintf(left, sizeof left, "; %zu MiB free", avail >> 20);
+    log_msg(LOG_INFO, "memory", "%s: weights %.1f MiB; KV cache %.1f KiB a position (all layers); a request of the whole "
+            "context %.1f MiB (KV cache %.1f MiB, scratch %.1f MiB)%s", kb->name, m->weights_bytes / 1048576.0,
+            per_pos / 1024.0, full / 1048576.0, per_pos * (double)*n_ctx / 1048576.0,
+            (full - per_pos * (double)*n_ctx) / 1048576.0, left);
+    return 0;
+}
+
 engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -243,6 +276,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->n_layers = m->n_layers;
     in->n_ctx_train = m->n_ctx_train;
     in->n_ctx = context_size(p, m, e->kv_type);
+    if (memory_fit(e, &in->n_ctx, p->model_path, err, errlen)) goto fail;
     model_set_context(&e->model, in->n_ctx); /* LongRoPE picks its factors by the context served */
     in->n_vocab = m->n_vocab;
     in->dim = m->dim;

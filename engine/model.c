@@ -558,36 +558,72 @@ static int kv_alloc(model_state *s, const model *m, kb_backend *kb, int l, char 
     return 0;
 }
 
+/* The rows a request state of MAX_ROWS rows runs at once (its chunk), its
+ * rows of logits, and the bytes of its activation buffers in model_state
+ * order (x, xb, q, k, v, att, hb, hb2, logits). */
+enum { STATE_BUFS = 9 };
+static void state_sizes(const model *m, const kb_backend *kb, int max_rows, int *chunk, int *logit_rows,
+                        size_t bytes[STATE_BUFS]) {
+    int rows = max_rows < 1 ? 1 : max_rows, pass = kb->prompt_rows > 0 ? kb->prompt_rows : MODEL_CHUNK;
+    *chunk = rows < pass ? rows : pass;
+    *logit_rows = *chunk < MODEL_LOGIT_ROWS ? *chunk : MODEL_LOGIT_ROWS;
+    size_t c = (size_t)*chunk, f = sizeof(float);
+    int wide = m->dim > m->q_dim ? m->dim : m->q_dim;
+    size_t b[STATE_BUFS] = {(size_t)rows * m->dim * f, c * wide * f,         c * m->q_dim * f,
+                            c * m->kv_dim * f,         c * m->kv_dim * f,    c * m->q_dim * f,
+                            c * m->ffn_dim * f,        c * m->ffn_dim * f,   (size_t)*logit_rows * m->n_vocab * f};
+    memcpy(bytes, b, sizeof b);
+}
+
+static kb_scratch_shape scratch_shape(const model *m, int chunk, int n_ctx) {
+    int wide = m->dim > m->q_dim ? m->dim : m->q_dim;
+    kb_scratch_shape shape = {chunk, m->ffn_dim > wide ? m->ffn_dim : wide, n_ctx, &m->attn};
+    return shape;
+}
+
+size_t model_state_bytes(const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
+                         kb_kv_type kv_type) {
+    int chunk, logit_rows;
+    size_t bytes[STATE_BUFS], sum = 0;
+    state_sizes(m, kb, max_rows, &chunk, &logit_rows, bytes);
+    for (int i = 0; i < STATE_BUFS; i++) sum += bytes[i];
+    for (int l = 0; l < m->n_layers; l++)
+        if (!mask || mask[l]) sum += 2 * kb_kv_bytes(kv_type, n_ctx, m->kv_dim);
+    kb_scratch_shape shape = scratch_shape(m, chunk, n_ctx);
+    return sum + (kb->scratch_bytes ? kb->scratch_bytes(kb, &shape) : 0);
+}
+
+int model_context_fit(const model *m, kb_backend *kb, int n_ctx, kb_kv_type kv_type, size_t room) {
+    if (model_state_bytes(m, kb, n_ctx, n_ctx, NULL, kv_type) <= room) return n_ctx;
+    int lo = 1, hi = n_ctx; /* lo fits (or is 1), hi does not */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (model_state_bytes(m, kb, mid, mid, NULL, kv_type) <= room) lo = mid;
+        else hi = mid;
+    }
+    return lo >= 2 && model_state_bytes(m, kb, lo, lo, NULL, kv_type) <= room ? lo : 0;
+}
+
 int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
                      kb_kv_type kv_type, char *err, size_t errlen) {
+    size_t bytes[STATE_BUFS];
     memset(s, 0, sizeof *s);
     s->n_layers = m->n_layers;
     s->n_ctx = n_ctx;
     s->kv_type = kv_type;
     s->max_rows = max_rows < 1 ? 1 : max_rows;
-    int chunk = kb->prompt_rows > 0 ? kb->prompt_rows : MODEL_CHUNK;
-    s->chunk = s->max_rows < chunk ? s->max_rows : chunk;
-    s->logit_rows = s->chunk < MODEL_LOGIT_ROWS ? s->chunk : MODEL_LOGIT_ROWS;
+    state_sizes(m, kb, s->max_rows, &s->chunk, &s->logit_rows, bytes);
     s->mask = malloc((size_t)m->n_layers);
     s->kv = calloc((size_t)m->n_layers, sizeof *s->kv);
     if (!s->mask || !s->kv) goto oom;
     for (int l = 0; l < m->n_layers; l++) s->mask[l] = mask ? mask[l] != 0 : 1;
-    size_t c = (size_t)s->chunk;
-    int wide = m->dim > m->q_dim ? m->dim : m->q_dim;
-    s->x = kb->alloc(kb, (size_t)s->max_rows * m->dim * sizeof(float));
-    s->xb = kb->alloc(kb, c * wide * sizeof(float));
-    s->q = kb->alloc(kb, c * m->q_dim * sizeof(float));
-    s->k = kb->alloc(kb, c * m->kv_dim * sizeof(float));
-    s->v = kb->alloc(kb, c * m->kv_dim * sizeof(float));
-    s->att = kb->alloc(kb, c * m->q_dim * sizeof(float));
-    s->hb = kb->alloc(kb, c * m->ffn_dim * sizeof(float));
-    s->hb2 = kb->alloc(kb, c * m->ffn_dim * sizeof(float));
-    s->logits = kb->alloc(kb, (size_t)s->logit_rows * m->n_vocab * sizeof(float));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->logits) goto oom;
+    float **bufs[STATE_BUFS] = {&s->x, &s->xb, &s->q, &s->k, &s->v, &s->att, &s->hb, &s->hb2, &s->logits};
+    for (int i = 0; i < STATE_BUFS; i++)
+        if (!(*bufs[i] = kb->alloc(kb, bytes[i]))) goto oom;
     for (int l = 0; l < m->n_layers; l++)
         if (s->mask[l] && kv_alloc(s, m, kb, l, err, errlen)) goto fail;
     /* after the KV cache: a request that does not fit grows no scratch */
-    kb_scratch_shape shape = {s->chunk, m->ffn_dim > wide ? m->ffn_dim : wide, n_ctx, &m->attn};
+    kb_scratch_shape shape = scratch_shape(m, s->chunk, n_ctx);
     if (kb->reserve(kb, &shape)) {
         snprintf(err, errlen, "%s", kb_error(kb) ? kb_error(kb) : "reserve: out of memory");
         goto fail;

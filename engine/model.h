@@ -77,6 +77,15 @@ typedef struct {
 int model_state_init(model_state *s, const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
                      kb_kv_type kv_type, char *err, size_t errlen);
 void model_state_free(model_state *s, kb_backend *kb);
+/* The backend bytes model_state_init takes for N_CTX positions, MAX_ROWS
+ * rows and MASK (NULL: every layer): KV cache, activations and the
+ * backend's scratch (kb->scratch_bytes, counted whole). */
+size_t model_state_bytes(const model *m, kb_backend *kb, int n_ctx, int max_rows, const uint8_t *mask,
+                         kb_kv_type kv_type);
+/* The longest context up to N_CTX whose fullest request (a prompt of the
+ * whole context, every layer) takes at most ROOM bytes; 0 when not even 2
+ * positions fit. */
+int model_context_fit(const model *m, kb_backend *kb, int n_ctx, kb_kv_type kv_type, size_t room);
 /* Changes the mask for the layers that have not run yet (the probe's
  * decision): frees the KV cache of skipped layers and allocates it for
  * layers turned on. Returns 0, or -1 (out of memory, err set). */

@@ -100,6 +100,11 @@ struct kb_backend {
     /* Allocates the scratch the operations need for requests of shape S
      * (grown, never shrunk); 0, or -1 when out of memory (kb_error says so). */
     int (*reserve)(kb_backend *kb, const kb_scratch_shape *s);
+    /* Bytes reserve() holds in all for requests of shape S (NULL: none worth
+     * counting), and bytes this backend can still allocate ((size_t)-1 or
+     * NULL: no limit it knows of). The engine fits the context to them. */
+    size_t (*scratch_bytes)(kb_backend *kb, const kb_scratch_shape *s);
+    size_t (*mem_free)(kb_backend *kb);
     /* Makes W usable by this backend (uploads it); 0 or -1. */
     int (*weight_upload)(kb_backend *kb, kb_weight *w);
     void (*weight_release)(kb_backend *kb, kb_weight *w);

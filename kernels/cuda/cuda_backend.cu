@@ -1088,6 +1088,23 @@ static unsigned grid_for(cu_impl *c, size_t count, int threads) {
  * The backend operations
  * ====================================================================== */
 
+#ifdef ILPD_CUDA_EMU
+static size_t cu_mem_free(kb_backend *kb) {
+    cu_impl *c = impl_of(kb);
+    return !c->mem_limit ? (size_t)-1 : c->mem_limit > c->mem_used ? c->mem_limit - c->mem_used : 0;
+}
+#else
+static size_t cu_mem_free(kb_backend *kb) {
+    size_t free_b = 0, total_b = 0;
+    ensure_dev(impl_of(kb));
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return (size_t)-1;
+    }
+    return free_b;
+}
+#endif
+
 static void *cu_alloc(kb_backend *kb, size_t bytes) { return rt_malloc(impl_of(kb), (bytes + 255) / 256 * 256); }
 
 static void cu_free(kb_backend *kb, void *p) { rt_free(impl_of(kb), p); }
@@ -1204,6 +1221,24 @@ static attn_plan attn_plan_make(const cu_impl *c, int n, int npos, const kb_attn
  * and, optional (without them attention does not split and cuBLAS does not
  * run), attention's partial results and the F16 activation and weight tile
  * of the GEMM path. */
+/* The bytes of attention's partial results for shape S. */
+static size_t part_bytes_for(const cu_impl *c, const kb_scratch_shape *s, size_t rows) {
+    size_t part = 0;
+    for (int n = 1; s->attn && n <= (int)rows; n++) {
+        attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn);
+        if (p.part_bytes > part) part = p.part_bytes;
+    }
+    return part;
+}
+
+static size_t cu_scratch_bytes(kb_backend *kb, const kb_scratch_shape *s) {
+    cu_impl *c = impl_of(kb);
+    size_t w = (size_t)(s->max_width > 32 ? s->max_width : 32), rows = (size_t)(s->max_rows > 1 ? s->max_rows : 1);
+    size_t half = s->attn ? (size_t)s->attn->head_dim / 2 : 0;
+    return act_bytes(rows, w) + (rows > 256 ? rows : 256) * 4 + 2 * half * sizeof(float) +
+           part_bytes_for(c, s, rows) + rows * w * 2 + W16_TILE_BYTES;
+}
+
 static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     cu_impl *c = impl_of(kb);
     size_t w = (size_t)(s->max_width > 32 ? s->max_width : 32), rows = (size_t)(s->max_rows > 1 ? s->max_rows : 1);
@@ -1231,10 +1266,7 @@ static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
         c->inv_cap = half;
         c->inv_n[0] = c->inv_n[1] = 0;
     }
-    for (int n = 1; s->attn && n <= (int)rows; n++) {
-        attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn);
-        if (p.part_bytes > part) part = p.part_bytes;
-    }
+    part = part_bytes_for(c, s, rows);
     if (part) buf_grow(c, &c->part, part);
     buf_grow(c, &c->x16, rows * w * 2);
     if (!c->w16.p && buf_grow(c, &c->w16, W16_TILE_BYTES)) buf_grow(c, &c->w16, W16_TILE_BYTES / 8);
@@ -1795,6 +1827,8 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->kv_save = cu_kv_save;
     kb->kv_load = cu_kv_load;
     kb->reserve = cu_reserve;
+    kb->scratch_bytes = cu_scratch_bytes;
+    kb->mem_free = cu_mem_free;
     kb->matmul_many = cu_matmul_many;
     kb->weight_upload = cu_weight_upload;
     kb->weight_release = cu_weight_release;

@@ -788,6 +788,49 @@ static void model_check(pair p, const char *path, int greedy_too) {
 }
 
 #ifdef CUDA_EMU
+/* The context fitted to the free device memory (engine_open's cap): on a
+ * fresh backend with a 64 MiB budget, model_state_bytes is what
+ * model_state_init takes (to the backend's 256-byte rounding of each
+ * allocation), model_context_fit's context is the longest whose whole
+ * request fits, and that request runs. Emulation only. */
+static void fit_check(const char *path) {
+    char err[512] = "";
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f) {
+        CHECK(0, TAG ": memory fit checks: %s", err);
+        return;
+    }
+    model m;
+    setenv("ILPD_CUDA_EMU_MEM", "67108864", 1);
+    kb_backend *g = kb_cuda_emu_create(0, err, sizeof err);
+    unsetenv("ILPD_CUDA_EMU_MEM");
+    if (!g || model_load(&m, f, g, err, sizeof err)) {
+        CHECK(0, TAG ": load %s within a 64 MiB budget: %s", path, err);
+        if (g) g->destroy(g);
+        gguf_close(f);
+        return;
+    }
+    size_t free0 = g->mem_free(g), slack = 256 * (size_t)(9 + 2 * m.n_layers);
+    int n = model_context_fit(&m, g, 1 << 22, KB_KV_F32, free0 - slack);
+    size_t need = n ? model_state_bytes(&m, g, n, n, NULL, KB_KV_F32) : 0;
+    size_t more = model_state_bytes(&m, g, n + 1, n + 1, NULL, KB_KV_F32);
+    CHECK(n >= 2 && n < (1 << 22) && need <= free0 - slack && more > free0 - slack,
+          TAG ": %s: the longest context whose whole request fits %zu free bytes: %d positions (%zu bytes; one more "
+              "needs %zu)",
+          path, free0 - slack, n, need, more);
+    model_state st;
+    size_t base = gpu_mem_used(g);
+    int rc = model_state_init(&st, &m, g, n, n, NULL, KB_KV_F32, err, sizeof err);
+    size_t took = gpu_mem_used(g) - base;
+    CHECK(rc == 0 && took >= need && took <= need + slack,
+          TAG ": that request runs, taking %zu bytes against %zu counted (%s)", took, need, rc ? err : "ok");
+    if (rc == 0) model_state_free(&st, g);
+    CHECK(model_context_fit(&m, g, 1 << 22, KB_KV_F32, 1000) == 0, TAG ": no context fits 1000 bytes");
+    model_free(&m, g);
+    g->destroy(g);
+    gguf_close(f);
+}
+
 /* Device out-of-memory is an error return, never a crash: a backend with
  * a budget under the model's weights refuses the model (model_load fails
  * with a message and frees what it uploaded), one with room for the weights
@@ -938,6 +981,7 @@ static void run_all(kb_backend *g, const char *models) {
             model_check(p, path, 1);
 #ifdef CUDA_EMU
             oom_check(path);
+            fit_check(path);
 #endif
             model_check(p, path16, 1);
         } else {

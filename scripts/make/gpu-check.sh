@@ -20,11 +20,21 @@
 #      every token falls below answers as full depth);
 #   6. prints a table: generation tok/s, time to first token of the 2048-
 #      token prompt, device memory in use, bandwidth, the generation
-#      roofline (bandwidth / bytes a token reads) and the ratio reached.
+#      roofline (bandwidth / bytes a token reads) and the ratio reached;
+#   with LLAMA_CPP (a llama.cpp source tree, built beside the project and
+#   never committed) or LLAMA_BENCH (a llama-bench already built): the
+#   same files through `llama-bench -p PROMPT -n GEN -d 0,PROMPT -fa 1
+#   -ngl 99`, in the same run, and ilpd's ratios to it. LLAMA_CPP is built
+#   in $WORK/llama-build while ilpd builds and benchmarks (Ninja,
+#   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+#   -DGGML_CUDA_FA_ALL_QUANTS=OFF, the llama-bench target only: about 5
+#   minutes on 16 cores; the tree needs ggml/, src/, include/, common/,
+#   vendor/, cmake/ and tools/llama-bench).
 # Usage (from the repository root): bash scripts/make/gpu-check.sh
 # Environment: WORK (model folder, default bench/models/gpu-check, git-ignored; about 17 GB free
 # needed, each model is deleted after its run unless KEEP=1), PROMPT (2048),
-# GEN (128), TYPES ("F16 Q8_0"), JOBS (16), PYTHON (/usr/bin/python3).
+# GEN (128), TYPES ("F16 Q8_0"; also Q4_K, Q4_0, Q6_K, BF16), JOBS (16), PYTHON (/usr/bin/python3),
+# LLAMA_CPP, LLAMA_BENCH.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 START=$(date +%s)
@@ -40,6 +50,18 @@ RESULTS="$WORK/results.jsonl"
 : > "$RESULTS"
 status=0
 say() { echo "== [$(( $(date +%s) - START ))s] $*"; }
+
+LLAMA_BENCH="${LLAMA_BENCH:-}"
+llama_pid=""
+if [ -z "$LLAMA_BENCH" ] && [ -n "${LLAMA_CPP:-}" ]; then
+    say "build llama.cpp's llama-bench from $LLAMA_CPP in the background ($WORK/llama-build)"
+    LLAMA_BENCH="$PWD/$WORK/llama-build/bin/llama-bench"
+    ( cmake -S "$LLAMA_CPP" -B "$WORK/llama-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+          -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_FA_ALL_QUANTS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+          -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF &&
+      nice cmake --build "$WORK/llama-build" --target llama-bench -j "$JOBS" ) >"$WORK/llama-build.log" 2>&1 &
+    llama_pid=$!
+fi
 
 say "build (make -j$JOBS)"
 if ! make -j"$JOBS" >"$WORK/build.log" 2>&1 ||
@@ -109,6 +131,28 @@ for t in $TYPES; do
         fi
         cat "$WORK/verify-$t.out"
     fi
+    if [ -n "$llama_pid" ]; then
+        say "waiting for the llama.cpp build"
+        wait "$llama_pid" || { tail -n 20 "$WORK/llama-build.log"; echo "gpu-check: the llama.cpp build failed"; }
+        llama_pid=""
+    fi
+    if [ -n "$LLAMA_BENCH" ] && [ -x "$LLAMA_BENCH" ]; then
+        say "llama-bench $t: pp$PROMPT and tg$GEN at depths 0 and $PROMPT, flash attention on"
+        if "$LLAMA_BENCH" -m "$model" -p "$PROMPT" -n "$GEN" -d "0,$PROMPT" -fa 1 -ngl 99 -r 3 -o json \
+                > "$WORK/llama-$t.json" 2> "$WORK/llama-$t.err"; then
+            "$PYTHON" -c 'import json, sys
+for r in json.load(open(sys.argv[1])):
+    r.update(what="llama", type=sys.argv[2])
+    print(json.dumps(r))' "$WORK/llama-$t.json" "$t" >> "$RESULTS"
+        else
+            tail -n 5 "$WORK/llama-$t.err"
+            echo "gpu-check: llama-bench failed on $t"
+            status=1
+        fi
+    elif [ -n "$LLAMA_BENCH" ]; then
+        echo "gpu-check: no llama-bench at $LLAMA_BENCH"
+        status=1
+    fi
     [ "$KEEP" = 1 ] || rm -f "$model"
 done
 
@@ -155,6 +199,28 @@ for t in bw:
             100.0 * skip["kv_bytes"] / max(full["kv_bytes"], 1)))
 print("roofline = measured read bandwidth / bytes one generated token reads (computed layers' weights, "
       "output head, KV cache at the mean position); ratio = gen tok/s / roofline")
+llama = [r for r in rows if r["what"] == "llama"]
+if llama:
+    print()
+    print("%-5s %-20s %10s %10s %7s %12s %7s" % ("type", "test", "llama.cpp", "ilpd full", "ratio", "ilpd skip25",
+                                                 "ratio"))
+    key = {True: "gen_tok_s", False: "prefill_tok_s"}
+    for t in bw:
+        full, skip = runs.get((t, True)), runs.get((t, False))
+        for r in llama:
+            if r["type"] != t:
+                continue
+            depth, gen = int(r.get("n_depth", 0)), int(r.get("n_gen", 0)) > 0
+            test = "tg%d after %d" % (r["n_gen"], depth) if gen else "pp%d at depth %d" % (r["n_prompt"], depth)
+            comparable = depth > 0 if gen else depth == 0
+            cells = []
+            for run in (full, skip):
+                v = run[key[gen]] if run and comparable else 0
+                cells += ["%.1f" % v if v else "-", "%.2fx" % (v / r["avg_ts"]) if v else "-"]
+            roof = " (llama.cpp: %.0f%% of roofline)" % (100.0 * r["avg_ts"] / full["roofline_tok_s"]) if gen and full else ""
+            print("%-5s %-20s %10.1f %10s %7s %12s %7s%s" % (t, test, r["avg_ts"], *cells, roof))
+    print("ratio = ilpd / llama.cpp on the same file in the same run (ilpd decodes GEN tokens after the PROMPT-token "
+          "prompt, so it compares with tg after PROMPT; its prefill with pp at depth 0)")
 EOF
 say "done (status $status)"
 exit $status

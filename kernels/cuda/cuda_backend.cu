@@ -133,12 +133,24 @@ struct mv_set {
     int rows[3], count;
 };
 
+/* Element I (< 3) of a parameter array, by selects: a dynamic index would
+ * copy the kernel's parameters to local memory. */
+template <typename E> KDEV E mv_sel(const E *a, int i) { return i == 0 ? a[0] : i == 1 ? a[1] : a[2]; }
+
 /* Which weight of S global row R is in; R becomes the row within it, or
  * the weight's row count when R is past the set's last row. */
 KDEV int mv_pick(const mv_set &s, int *r) {
     int i = 0;
-    while (i < s.count - 1 && *r >= s.rows[i]) *r -= s.rows[i++];
-    if (*r > s.rows[i]) *r = s.rows[i];
+    if (s.count > 1 && *r >= s.rows[0]) {
+        *r -= s.rows[0];
+        i = 1;
+        if (s.count > 2 && *r >= s.rows[1]) {
+            *r -= s.rows[1];
+            i = 2;
+        }
+    }
+    int rows = mv_sel(s.rows, i);
+    if (*r > rows) *r = rows;
     return i;
 }
 
@@ -149,9 +161,9 @@ KGLOBAL void k_mv_quant(mv_set set, size_t row_bytes, int cols, const int8_t *__
                         const float *__restrict__ ad, const float *__restrict__ ads, int n, int wpr) {
     typedef wtraits<T> W;
     mv_pos at = mv_at(wpr);
-    int r = at.r, wi = mv_pick(set, &r), rows = set.rows[wi];
+    int r = at.r, wi = mv_pick(set, &r), rows = mv_sel(set.rows, wi);
     int nb32 = cols >> 5, items = r < rows ? (cols / W::QK) * W::PARTS : 0;
-    const uint8_t *row = static_cast<const uint8_t *>(set.w[wi]) + (size_t)(r < rows ? r : 0) * row_bytes;
+    const uint8_t *row = static_cast<const uint8_t *>(mv_sel(set.w, wi)) + (size_t)(r < rows ? r : 0) * row_bytes;
     float acc[NT];
 KUNROLL
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -168,7 +180,7 @@ KUNROLL
     }
     mv_reduce<NT>(acc, wpr);
     if (r < rows && at.sub == 0 && at.lane == 0)
-        for (int t = 0; t < NT && t < n; t++) set.out[wi][(size_t)t * rows + r] = acc[t];
+        for (int t = 0; t < NT && t < n; t++) mv_sel(set.out, wi)[(size_t)t * rows + r] = acc[t];
 }
 
 KDEV void unpack8(int t, uint4 v, float *f) {
@@ -186,9 +198,9 @@ KUNROLL
 template <int T, int NT, bool VEC>
 KGLOBAL void k_mv_float(mv_set set, int cols, const float *__restrict__ x, int n, int wpr) {
     mv_pos at = mv_at(wpr);
-    int r = at.r, wi = mv_pick(set, &r), rows = set.rows[wi];
+    int r = at.r, wi = mv_pick(set, &r), rows = mv_sel(set.rows, wi);
     int live = r < rows, first = at.sub * 32 + at.lane, step = 32 * wpr;
-    const void *w = set.w[wi];
+    const void *w = mv_sel(set.w, wi);
     if (!live) r = 0;
     float acc[NT];
 KUNROLL
@@ -237,7 +249,7 @@ KUNROLL
     }
     mv_reduce<NT>(acc, wpr);
     if (live && at.sub == 0 && at.lane == 0)
-        for (int t = 0; t < NT && t < n; t++) set.out[wi][(size_t)t * rows + r] = acc[t];
+        for (int t = 0; t < NT && t < n; t++) mv_sel(set.out, wi)[(size_t)t * rows + r] = acc[t];
 }
 
 /* The reference: any type, any n, one warp per row, float dot of the

@@ -950,21 +950,19 @@ static void run_all(kb_backend *g, const char *models) {
         check_rope(p, 0, 0);
         check_rope(p, 1, 0);
         check_rope(p, 1, 1.25f); /* YaRN: cos and sin scaled */
-        check_attention(p, KB_KV_F32, 16, 0, 0, 4, 2);
-        check_attention(p, KB_KV_F16, 16, 0, 0, 4, 2);
-        check_attention(p, KB_KV_F32, 64, 0, 0, 4, 2);
-        check_attention(p, KB_KV_F16, 128, 0, 0, 4, 2);
-        check_attention(p, KB_KV_F32, 64, 1, 0, 4, 2);
-        check_attention(p, KB_KV_F16, 128, 1, 0, 4, 2);
-        check_attention(p, KB_KV_F32, 64, 0, 24, 4, 2);
-        check_attention(p, KB_KV_F16, 128, 1, 100, 4, 2);
-        /* the decode kernel's shapes: every head size it takes, 1 to 8
-         * query heads a KV head (up to 8 rows a block; 4 for 256) */
-        check_attention(p, KB_KV_F32, 32, 1, 0, 8, 1);
-        check_attention(p, KB_KV_F16, 64, 0, 0, 2, 2);
-        check_attention(p, KB_KV_F16, 128, 1, 0, 16, 2);
-        check_attention(p, KB_KV_F16, 256, 1, 0, 8, 2);
-        check_attention(p, KB_KV_F32, 256, 0, 40, 4, 2);
+        /* head size, long context, window, query and KV heads: the general kernel (16), the
+         * decode kernel's shapes (every head size it takes, 1 to 8 query heads a KV head: up to
+         * 8 rows a block, 4 for 256) and the tiled prompt kernel's (64, 128) */
+        static const struct {
+            kb_kv_type kt;
+            int hd, long_ctx, window, h, kvh;
+        } att[] = {{KB_KV_F32, 16, 0, 0, 4, 2},   {KB_KV_F16, 16, 0, 0, 4, 2},    {KB_KV_F32, 64, 0, 0, 4, 2},
+                   {KB_KV_F16, 128, 0, 0, 4, 2},  {KB_KV_F32, 64, 1, 0, 4, 2},    {KB_KV_F16, 128, 1, 0, 4, 2},
+                   {KB_KV_F32, 64, 0, 24, 4, 2},  {KB_KV_F16, 128, 1, 100, 4, 2}, {KB_KV_F32, 32, 1, 0, 8, 1},
+                   {KB_KV_F16, 64, 0, 0, 2, 2},   {KB_KV_F16, 128, 1, 0, 16, 2},  {KB_KV_F16, 256, 1, 0, 8, 2},
+                   {KB_KV_F32, 256, 0, 40, 4, 2}};
+        for (size_t i = 0; i < sizeof att / sizeof *att; i++)
+            check_attention(p, att[i].kt, att[i].hd, att[i].long_ctx, att[i].window, att[i].h, att[i].kvh);
         void *big = g->alloc(g, (size_t)1 << 62);
         CHECK(big == NULL, TAG ": alloc of 4 EiB returns NULL");
         g->free(g, NULL);

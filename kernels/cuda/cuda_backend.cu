@@ -879,6 +879,11 @@ struct cu_impl {
 #endif
     unsigned long long launches;
     int gemm_min_n, ref, debug;
+    /* the kernels of 2026-12-07, each switchable for side-by-side runs on a
+     * GPU: 0 = the attention kernel before them (ILPD_CUDA_ATTN_BASIC=1),
+     * most warps a matvec row (ILPD_CUDA_MV_WARPS, 1 = before), weight
+     * sets in one launch (ILPD_CUDA_SETS=0: one launch a weight) */
+    int attn_new, mv_warps, sets;
     size_t mem_used, mem_limit; /* emulation: "device" bytes in use and the budget (0: none) */
     char label[300];            /* kb->name: "cuda:0 (NVIDIA H200)" */
     cu_buf act, x16, w16, part, ids;
@@ -1191,8 +1196,8 @@ static int dec_rows(int n, const kb_attn_shape *s) {
 
 static attn_plan attn_plan_make(const cu_impl *c, int n, int npos, const kb_attn_shape *s) {
     int hd = s->head_dim, heads = s->n_heads;
-    attn_plan p = {dec_rows(n, s), tile_bk(hd), 1, ATT_TILE, 1, npos, 0};
-    if (p.dec || n < TILE_MIN_N || tile_smem(hd, p.bk) > c->smem_optin) p.bk = 0;
+    attn_plan p = {c->attn_new ? dec_rows(n, s) : 0, tile_bk(hd), 1, ATT_TILE, 1, npos, 0};
+    if (!c->attn_new || p.dec || n < TILE_MIN_N || tile_smem(hd, p.bk) > c->smem_optin) p.bk = 0;
     int blocks, want = 2 * c->sm_count, unit, least;
     if (p.dec) {
         blocks = s->n_kv_heads;
@@ -1384,7 +1389,10 @@ static void cu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weig
 
 /* Warps per row for rows of ITEMS loads a lane: each thread makes at least
  * 4 when it can. */
-static int mv_wpr(int items) { return items >= 4 * 32 * 4 ? 4 : items >= 4 * 32 * 2 ? 2 : 1; }
+static int mv_wpr(const cu_impl *c, int items) {
+    int w = items >= 4 * 32 * 4 ? 4 : items >= 4 * 32 * 2 ? 2 : 1;
+    return w < c->mv_warps ? w : c->mv_warps;
+}
 
 static dim3 mv_grid(int rows, int wpr) {
     int per = (MV_THREADS / 32) / wpr;
@@ -1401,7 +1409,7 @@ static int mv_rows(const mv_set &set) {
 template <int T>
 static void mv_quant_launch(cu_impl *c, const mv_set &set, int cols, size_t rb, const int8_t *aq, const float *ad,
                             const float *ads, int n) {
-    int wpr = mv_wpr(cols / wtraits<T>::QK * wtraits<T>::PARTS);
+    int wpr = mv_wpr(c, cols / wtraits<T>::QK * wtraits<T>::PARTS);
     dim3 grid = mv_grid(mv_rows(set), wpr);
     if (n == 1)
         launch(c, "matvec", k_mv_quant<T, 1>, grid, dim3(MV_THREADS), 0, set, rb, cols, aq, ad, ads, n, wpr);
@@ -1413,7 +1421,7 @@ template <int T>
 static void mv_float_launch(cu_impl *c, const mv_set &set, int cols, const float *x, int n) {
     int vec = (T == WT_F32 ? cols % 4 == 0 : cols % 8 == 0) && ((uintptr_t)x & 15) == 0;
     for (int i = 0; i < set.count; i++) vec = vec && ((uintptr_t)set.w[i] & 15) == 0;
-    int wpr = mv_wpr(vec ? cols / (T == WT_F32 ? 4 : 8) : cols);
+    int wpr = mv_wpr(c, vec ? cols / (T == WT_F32 ? 4 : 8) : cols);
     dim3 grid = mv_grid(mv_rows(set), wpr);
     if (vec && n == 1)
         launch(c, "matvec", k_mv_float<T, 1, true>, grid, dim3(MV_THREADS), 0, set, cols, x, n, wpr);
@@ -1557,7 +1565,8 @@ static void cu_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *
         dw[i].type = dev_type(ws[i]);
         same = same && dw[i].type == dw[0].type && dw[i].cols == dw[0].cols;
     }
-    if (same && !c->ref && !(c->gemm_min_n > 0 && n >= c->gemm_min_n)) return matmul_own(c, outs, dw, count, x, n);
+    if (same && c->sets && !c->ref && !(c->gemm_min_n > 0 && n >= c->gemm_min_n))
+        return matmul_own(c, outs, dw, count, x, n);
     for (int i = 0; i < count; i++) matmul_one(c, outs[i], &dw[i], x, n);
 }
 
@@ -1827,6 +1836,10 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
 #endif
     c->gemm_min_n = env_int("ILPD_CUDA_GEMM_MIN_N", 9);
     c->ref = env_int("ILPD_CUDA_REF", 0);
+    c->attn_new = !env_int("ILPD_CUDA_ATTN_BASIC", 0);
+    c->mv_warps = env_int("ILPD_CUDA_MV_WARPS", 4);
+    c->mv_warps = c->mv_warps >= 4 ? 4 : c->mv_warps >= 2 ? 2 : 1;
+    c->sets = env_int("ILPD_CUDA_SETS", 1);
     c->debug = env_int("ILPD_CUDA_DEBUG", 0);
     kb->name = c->label;
     /* prompts in passes of 512 rows: each pass reads (and for the quantised

@@ -1,6 +1,7 @@
 #!/bin/bash
 # The GPU check, in one go on a machine with an NVIDIA GPU (sized for an
-# H200: about 5 minutes, under 8; no network needed):
+# H200: about 5 minutes before the BEFORE runs were added, which add about
+# a minute, estimated; llama.cpp's build runs beside it; no network needed):
 #   1. builds everything (make -j16; nvcc is required);
 #   2. runs the CUDA tests: build/rel/tests/test_cuda (every backend
 #      operation and stories260K on the device against the CPU backend) and
@@ -34,7 +35,9 @@
 # Environment: WORK (model folder, default bench/models/gpu-check, git-ignored; about 17 GB free
 # needed, each model is deleted after its run unless KEEP=1), PROMPT (2048),
 # GEN (128), TYPES ("F16 Q8_0"; also Q4_K, Q4_0, Q6_K, BF16), JOBS (16), PYTHON (/usr/bin/python3),
-# LLAMA_CPP, LLAMA_BENCH.
+# LLAMA_CPP, LLAMA_BENCH, BEFORE (1: each file also at full depth with the kernels of before
+# 2026-12-07, switched back by ILPD_CUDA_ATTN_BASIC=1 ILPD_CUDA_MV_WARPS=1 ILPD_CUDA_SETS=0
+# ILPD_CUDA_PROMPT_ROWS=64, for the gain of each run's kernels on the same GPU; 0: not).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 START=$(date +%s)
@@ -45,6 +48,7 @@ GEN="${GEN:-128}"
 TYPES="${TYPES:-F16 Q8_0}"
 JOBS="${JOBS:-16}"
 KEEP="${KEEP:-0}"
+BEFORE="${BEFORE:-1}"
 mkdir -p "$WORK" || exit 1
 RESULTS="$WORK/results.jsonl"
 : > "$RESULTS"
@@ -113,6 +117,17 @@ for t in $TYPES; do
         status=1
     fi
     sed "s/^{/{\"type\":\"$t\",/" "$WORK/bench-$t.jsonl" >> "$RESULTS"
+    if [ "$BEFORE" = 1 ]; then
+        say "bench $t with the kernels of before 2026-12-07 (basic attention, a warp a matvec row, a launch a weight, prompt passes of 64)"
+        if ILPD_CUDA_ATTN_BASIC=1 ILPD_CUDA_MV_WARPS=1 ILPD_CUDA_SETS=0 ILPD_CUDA_PROMPT_ROWS=64 \
+                build/rel/tests/test_cuda --bench "$model" --prompt "$PROMPT" --gen "$GEN" --kv-f16 \
+                > "$WORK/before-$t.jsonl" 2> "$WORK/before-$t.err"; then
+            grep '"what":"run"' "$WORK/before-$t.jsonl" | sed "s/^{/{\"type\":\"$t\",\"before\":1,/" >> "$RESULTS"
+        else
+            cat "$WORK/before-$t.err"
+            echo "gpu-check: the $t bench with the earlier kernels failed"
+        fi
+    fi
     if [ "$t" = Q8_0 ] || [ "$t" = "${TYPES##* }" ]; then
         say "ilpd generate --device cuda on $t with the mask"
         words=$("$PYTHON" -c 'print(" ".join(["once upon a time there was a little dog"] * 20))')
@@ -180,7 +195,7 @@ load = {r["type"]: r for r in rows if r["what"] == "load"}
 print("%-5s %-7s %6s %10s %9s %10s %9s %8s %8s %9s %6s" % (
     "type", "mask", "layers", "gen tok/s", "TTFT ms", "prefill/s", "mem GiB", "read GB/s", "copy", "roof t/s", "ratio"))
 for r in rows:
-    if r["what"] != "run" or r["mask"] == "warm-up":
+    if r["what"] != "run" or r["mask"] == "warm-up" or r.get("before"):
         continue
     b = bw.get(r["type"], {})
     print("%-5s %-7s %6s %10.1f %9.0f %10.0f %9.1f %8.0f %8.0f %9.1f %6.2f" % (
@@ -190,7 +205,16 @@ for r in rows:
 for t, l in load.items():
     print("%s: %.2f GB of weights loaded in %.1f s on %s; device memory after load %.1f GiB" % (
         t, l["weight_bytes"] / 1e9, l["load_s"], l["device"], l["mem_used_bytes"] / 2**30))
-runs = {(r["type"], r["mask"] == "full"): r for r in rows if r["what"] == "run" and r["mask"] != "warm-up"}
+runs = {(r["type"], r["mask"] == "full"): r for r in rows
+        if r["what"] == "run" and r["mask"] != "warm-up" and not r.get("before")}
+before = {r["type"]: r for r in rows if r["what"] == "run" and r["mask"] == "full" and r.get("before")}
+for t, b in before.items():
+    full = runs.get((t, True))
+    if full:
+        print("%s, full depth, these kernels against those before 2026-12-07: generation %.1f against %.1f tok/s "
+              "(%.2fx), prefill %.0f against %.0f tok/s (%.2fx)" % (
+                  t, full["gen_tok_s"], b["gen_tok_s"], full["gen_tok_s"] / b["gen_tok_s"], full["prefill_tok_s"],
+                  b["prefill_tok_s"], full["prefill_tok_s"] / b["prefill_tok_s"]))
 for t in bw:
     full, skip = runs.get((t, True)), runs.get((t, False))
     if full and skip:

@@ -206,6 +206,21 @@ static int memory_fit(engine *e, int *n_ctx, const char *path, char *err, size_t
     return 0;
 }
 
+/* --device auto: gives the GPU up for the CPU, logging why (ERR: the
+ * model, or a request of any context, does not fit the GPU) and loading
+ * the model again. 0, or -1 with err set. */
+static int use_cpu(engine *e, const engine_params *p, char *err, size_t errlen) {
+    log_msg(LOG_WARN, "backend", "%s; using the CPU", err);
+    model_free(&e->model, e->kb);
+    e->kb->destroy(e->kb);
+    e->kb = kb_cpu_create(p->n_threads);
+    if (!e->kb) {
+        snprintf(err, errlen, "cannot create the CPU backend (out of memory or threads)");
+        return -1;
+    }
+    return model_load(&e->model, e->gguf, e->kb, err, errlen);
+}
+
 engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -216,17 +231,8 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     if (!e->gguf) goto fail;
     e->kb = backend_create(p, err, errlen);
     if (!e->kb) goto fail;
-    if (model_load(&e->model, e->gguf, e->kb, err, errlen)) {
-        /* --device auto: a model that does not fit the GPU runs on the CPU */
-        if (p->device != ENGINE_DEVICE_AUTO || !strncmp(e->kb->name, "cpu", 3)) goto fail;
-        log_msg(LOG_WARN, "backend", "%s; using the CPU", err);
-        e->kb->destroy(e->kb);
-        e->kb = kb_cpu_create(p->n_threads);
-        if (!e->kb) {
-            snprintf(err, errlen, "cannot create the CPU backend (out of memory or threads)");
-            goto fail;
-        }
-        if (model_load(&e->model, e->gguf, e->kb, err, errlen)) goto fail;
+    if (model_load(&e->model, e->gguf, e->kb, err, errlen)) { /* --device auto: a model that does not fit the GPU */
+        if (p->device != ENGINE_DEVICE_AUTO || !strncmp(e->kb->name, "cpu", 3) || use_cpu(e, p, err, errlen)) goto fail;
     }
     e->vocab = tok_vocab_load(e->gguf, err, errlen);
     if (!e->vocab) goto fail;
@@ -276,7 +282,12 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->n_layers = m->n_layers;
     in->n_ctx_train = m->n_ctx_train;
     in->n_ctx = context_size(p, m, e->kv_type);
-    if (memory_fit(e, &in->n_ctx, p->model_path, err, errlen)) goto fail;
+    if (memory_fit(e, &in->n_ctx, p->model_path, err, errlen)) { /* --device auto: no room left on the GPU */
+        if (p->device != ENGINE_DEVICE_AUTO || !strncmp(e->kb->name, "cpu", 3) || use_cpu(e, p, err, errlen) ||
+            memory_fit(e, &in->n_ctx, p->model_path, err, errlen))
+            goto fail;
+        in->device_name = e->kb->name;
+    }
     model_set_context(&e->model, in->n_ctx); /* LongRoPE picks its factors by the context served */
     in->n_vocab = m->n_vocab;
     in->dim = m->dim;

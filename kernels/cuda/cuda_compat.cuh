@@ -13,8 +13,10 @@
  * shared arrays), DYN_SMEM (the dynamic shared buffer), sync_block(),
  * warp_sum/warp_max (butterfly shuffles over a whole warp: every lane of the
  * warp must call them), half_sum/half_max (the same over each half-warp of 16
- * lanes; every lane calls them too), dp4a, f2i_rn, h2f/f2h/bf2f/bf16_round and the KGLOBAL/KDEV/KHD
- * qualifiers. Everything else is plain C++ arithmetic.
+ * lanes; every lane calls them too), dp4a, f2i_rn, h2f/f2h/bf2f/bf16_round and
+ * the KGLOBAL/KDEV/KHD qualifiers. Each build defines only the shuffle itself
+ * (shfl_xor); the reductions over it are written once. Everything else is
+ * plain C++ arithmetic.
  */
 #ifndef ILPD_CUDA_COMPAT_CUH
 #define ILPD_CUDA_COMPAT_CUH
@@ -49,26 +51,8 @@ namespace ILPD_NS {
     T *name = reinterpret_cast<T *>(name##_raw)
 
 KDEV void sync_block() { __syncthreads(); }
-KDEV float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-KDEV float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-KDEV int warp_sum_i(int v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-KDEV float half_sum(float v) {
-    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-KDEV float half_max(float v) {
-    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
+KDEV float shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+KDEV int shfl_xor_i(int v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 KDEV int f2i_rn(float x) { return __float2int_rn(x); }
 /* Products and sums that the compiler must not fuse into an FMA (to round
  * exactly as the CPU reference does). */
@@ -118,32 +102,33 @@ int emu_shfl_xor_i(int v, int o);
 #define DYN_SMEM(T, name) T *name = reinterpret_cast<T *>(emu_dyn_smem())
 
 static inline void sync_block() { emu_sync_block(); }
-static inline float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += emu_shfl_xor(v, o);
-    return v;
-}
-static inline float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, emu_shfl_xor(v, o));
-    return v;
-}
-static inline int warp_sum_i(int v) {
-    for (int o = 16; o > 0; o >>= 1) v += emu_shfl_xor_i(v, o);
-    return v;
-}
-static inline float half_sum(float v) {
-    for (int o = 8; o > 0; o >>= 1) v += emu_shfl_xor(v, o);
-    return v;
-}
-static inline float half_max(float v) {
-    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, emu_shfl_xor(v, o));
-    return v;
-}
+static inline float shfl_xor(float v, int o) { return emu_shfl_xor(v, o); }
+static inline int shfl_xor_i(int v, int o) { return emu_shfl_xor_i(v, o); }
 static inline int f2i_rn(float x) { return (int)nearbyintf(x); }
 static inline float fmul_rn(float a, float b) { return a * b; }
 static inline float fadd_rn(float a, float b) { return a + b; }
 static inline float fsub_rn(float a, float b) { return a - b; }
 
 #endif
+
+/* Butterfly reductions over groups of W lanes (32: the warp; 16: each
+ * half-warp), the same on both sides: every lane of the warp calls them. */
+template <int W> KDEV float lanes_sum(float v) {
+    for (int o = W / 2; o > 0; o >>= 1) v += shfl_xor(v, o);
+    return v;
+}
+template <int W> KDEV float lanes_max(float v) {
+    for (int o = W / 2; o > 0; o >>= 1) v = fmaxf(v, shfl_xor(v, o));
+    return v;
+}
+KDEV float warp_sum(float v) { return lanes_sum<32>(v); }
+KDEV float warp_max(float v) { return lanes_max<32>(v); }
+KDEV float half_sum(float v) { return lanes_sum<16>(v); }
+KDEV float half_max(float v) { return lanes_max<16>(v); }
+KDEV int warp_sum_i(int v) {
+    for (int o = 16; o > 0; o >>= 1) v += shfl_xor_i(v, o);
+    return v;
+}
 
 /* ---- conversions, the same on both sides (the host uses the CPU backend's
  * bit-exact ones) ---- */

@@ -687,8 +687,7 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
     kb->attention(kb, s->att, s->q, s->k, s->v, &s->kv[l], n, pos0 + r0, attn);
     kb->matmul(kb, s->xb, &L->wo, s->att, n);
     if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_attn_norm, n, m->dim, m->eps);
-    kb->add(kb, x, s->xb, (size_t)n * m->dim);
-    kb->rmsnorm(kb, s->xb, x, &L->ffn_norm, n, m->dim, m->eps);
+    kb_add_rmsnorm(kb, x, s->xb, s->xb, &L->ffn_norm, n, m->dim, m->eps);
     float *gu[2] = {s->hb, s->hb2};
     const kb_weight *wgu[2] = {&L->w_gate, &L->w_up};
     kb_matmul_many(kb, gu, wgu, 2, s->xb, n);

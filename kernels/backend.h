@@ -142,6 +142,11 @@ struct kb_backend {
     void (*scale)(kb_backend *kb, float *x, float by, size_t n);
     /* x += y over N values. */
     void (*add)(kb_backend *kb, float *x, const float *y, size_t n);
+    /* x += y, then out = rmsnorm(x) * w, over n rows of DIM: bit for bit add
+     * then rmsnorm (OUT may be Y), in one pass where the backend can. NULL:
+     * the caller makes the two calls (kb_add_rmsnorm). */
+    void (*add_rmsnorm)(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim,
+                        float eps);
     /* Waits for queued work (no-op on the CPU). */
     void (*sync)(kb_backend *kb);
     /* Number of kernels launched so far (tests count them). */
@@ -161,6 +166,8 @@ size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
 
 /* kb->matmul_many, or COUNT matmul calls when the backend has none. */
 void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x, int n);
+/* kb->add_rmsnorm, or add then rmsnorm when the backend has none. */
+void kb_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim, float eps);
 
 /* Installs FN as the receiver of the backends' warnings (EVENT: a short
  * name, MSG: one line); NULL (the default) drops them. */

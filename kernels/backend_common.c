@@ -1,4 +1,4 @@
-/* backend_common.c - what every backend shares: KV sizes, matmul_many's fallback, the error state. */
+/* backend_common.c - what every backend shares: KV sizes, the fused operations' fallbacks, the error state. */
 #include "kernels/backend.h"
 
 #include <stdarg.h>
@@ -13,6 +13,15 @@ void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *
         kb->matmul_many(kb, outs, ws, count, x, n);
     else
         for (int i = 0; i < count; i++) kb->matmul(kb, outs[i], ws[i], x, n);
+}
+
+void kb_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim, float eps) {
+    if (kb->add_rmsnorm) {
+        kb->add_rmsnorm(kb, x, y, out, w, n, dim, eps);
+    } else {
+        kb->add(kb, x, y, (size_t)n * dim);
+        kb->rmsnorm(kb, out, x, w, n, dim, eps);
+    }
 }
 
 static void (*logger)(const char *event, const char *msg);

@@ -351,14 +351,20 @@ KGLOBAL void k_embed(int type, const uint8_t *__restrict__ w, size_t row_bytes, 
     for (int k = threadIdx.x; k < cols; k += blockDim.x) o[k] = dq_elem(type, row, k);
 }
 
-/* One block per row: out = x * (1 / sqrt(mean(x^2) + eps)) * g. */
-KGLOBAL void k_rmsnorm(const float *__restrict__ x, const float *__restrict__ g, int dim, float eps,
-                       float *__restrict__ out) {
+/* One block per row: out = x * (1 / sqrt(mean(x^2) + eps)) * g; with ADD,
+ * x += y first (each thread adds the values it then squares and scales, so
+ * OUT may be Y: it is written after the barrier). */
+template <bool ADD>
+KGLOBAL void k_rmsnorm(float *x, const float *y, const float *__restrict__ g, int dim, float eps, float *out) {
     SMEM float red[32];
     SMEM float scale_s;
-    const float *xi = x + (size_t)blockIdx.x * dim;
+    float *xi = x + (size_t)blockIdx.x * dim;
     float *oi = out + (size_t)blockIdx.x * dim;
     float s = 0.0f;
+    if (ADD) {
+        const float *yi = y + (size_t)blockIdx.x * dim;
+        for (int k = threadIdx.x; k < dim; k += blockDim.x) xi[k] = fadd_rn(xi[k], yi[k]);
+    }
     for (int k = threadIdx.x; k < dim; k += blockDim.x) s += xi[k] * xi[k];
     s = warp_sum(s);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
@@ -1379,11 +1385,20 @@ static void cu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int
     }
 }
 
+static int rmsnorm_threads(int dim) { return dim >= 1024 ? 1024 : dim >= 256 ? 256 : 32 * ((dim + 31) / 32); }
+
 static void cu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps) {
     cu_impl *c = impl_of(kb);
     if (n <= 0) return;
-    int threads = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 32 * ((dim + 31) / 32);
-    launch(c, "rmsnorm", k_rmsnorm, dim3((unsigned)n), dim3((unsigned)threads), 0, x,
+    launch(c, "rmsnorm", k_rmsnorm<false>, dim3((unsigned)n), dim3((unsigned)rmsnorm_threads(dim)), 0,
+           const_cast<float *>(x), (const float *)NULL, static_cast<const float *>(w->dev), dim, eps, out);
+}
+
+static void cu_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim,
+                           float eps) {
+    cu_impl *c = impl_of(kb);
+    if (n <= 0) return;
+    launch(c, "add_rmsnorm", k_rmsnorm<true>, dim3((unsigned)n), dim3((unsigned)rmsnorm_threads(dim)), 0, x, y,
            static_cast<const float *>(w->dev), dim, eps, out);
 }
 
@@ -1855,6 +1870,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->scratch_bytes = cu_scratch_bytes;
     kb->mem_free = cu_mem_free;
     kb->matmul_many = cu_matmul_many;
+    kb->add_rmsnorm = cu_add_rmsnorm;
     kb->weight_upload = cu_weight_upload;
     kb->weight_release = cu_weight_release;
     kb->embed = cu_embed;

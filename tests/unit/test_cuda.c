@@ -304,6 +304,31 @@ static void check_elementwise(pair p) {
     host_from(p.g, rg, xg, N * DIM);
     host_from(p.c, rc, xc, N * DIM);
     CHECK(rel_err(rg, rc, rc, N * DIM) <= 1e-6, TAG ": add_bias, swiglu, add (error %.2g)", rel_err(rg, rc, rc, N * DIM));
+    { /* add_rmsnorm: bit for bit add then rmsnorm, its output over y */
+        float *x2 = dev_from(p.g, rg, N * DIM), *y2 = dev_from(p.g, y, N * DIM), *o2 = p.g->alloc(p.g, sizeof x);
+        float fused[N * DIM], fx[N * DIM], sx[N * DIM];
+        int ok = x2 && y2 && o2;
+        uint64_t launches = 0;
+        if (ok) {
+            uint64_t l0 = p.g->launches(p.g);
+            kb_add_rmsnorm(p.g, x2, y2, y2, &wgg, N, DIM, 1e-5f);
+            launches = p.g->launches(p.g) - l0;
+            host_from(p.g, fused, y2, N * DIM);
+            host_from(p.g, fx, x2, N * DIM);
+            p.g->to_backend(p.g, x2, rg, sizeof x);
+            p.g->to_backend(p.g, y2, y, sizeof y);
+            p.g->add(p.g, x2, y2, N * DIM);
+            p.g->rmsnorm(p.g, o2, x2, &wgg, N, DIM, 1e-5f);
+            host_from(p.g, rc, o2, N * DIM);
+            host_from(p.g, sx, x2, N * DIM);
+            ok = !memcmp(fused, rc, sizeof fused) && !memcmp(fx, sx, sizeof fx);
+        }
+        CHECK(ok && launches == 1, TAG ": add_rmsnorm in one launch (%llu), its output over y: bit for bit add then rmsnorm",
+              (unsigned long long)launches);
+        p.g->free(p.g, x2);
+        p.g->free(p.g, y2);
+        p.g->free(p.g, o2);
+    }
     p.g->scale(p.g, xg, 0.37f, N * DIM);
     p.c->scale(p.c, xc, 0.37f, N * DIM);
     p.g->geglu(p.g, xg, yg, N * DIM);

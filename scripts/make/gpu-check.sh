@@ -2,7 +2,9 @@
 # The GPU check, in one go on a machine with an NVIDIA GPU (sized for an
 # H200: about 5 minutes before the BEFORE runs were added, which add about
 # a minute, estimated; llama.cpp's build runs beside it; no network needed):
-#   1. builds everything (make -j16; nvcc is required);
+#   1. builds everything (make -j16; nvcc is required), or takes the
+#      binaries scripts/make/gpu-pack.sh put in .gpu-bin (a GPU machine
+#      without the libraries' headers: carry .gpu-bin);
 #   2. runs the CUDA tests: build/rel/tests/test_cuda (every backend
 #      operation and stories260K on the device against the CPU backend) and
 #      tests/t_cuda.sh (synthetic models of every weight type, on the
@@ -34,14 +36,18 @@
 # Usage (from the repository root): bash scripts/make/gpu-check.sh
 # Environment: WORK (model folder, default bench/models/gpu-check, git-ignored; about 17 GB free
 # needed, each model is deleted after its run unless KEEP=1), PROMPT (2048),
-# GEN (128), TYPES ("F16 Q8_0"; also Q4_K, Q4_0, Q6_K, BF16), JOBS (16), PYTHON (/usr/bin/python3),
+# GEN (128), TYPES ("F16 Q8_0"; also Q4_K, Q4_0, Q6_K, BF16), JOBS (16), PYTHON (/usr/bin/python3 if
+# it has numpy, else python3), REBUILD (1: build even with .gpu-bin),
 # LLAMA_CPP, LLAMA_BENCH, BEFORE (1: each file also at full depth with the kernels of before
 # 2026-12-07, switched back by ILPD_CUDA_ATTN_BASIC=1 ILPD_CUDA_MV_WARPS=1 ILPD_CUDA_SETS=0
 # ILPD_CUDA_PROMPT_ROWS=64, for the gain of each run's kernels on the same GPU; 0: not).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 START=$(date +%s)
-PYTHON="${PYTHON:-/usr/bin/python3}"
+if [ -z "${PYTHON:-}" ]; then # the first python3 with numpy (the synthetic models need it)
+    PYTHON=/usr/bin/python3
+    "$PYTHON" -c 'import numpy' 2>/dev/null || PYTHON=$(command -v python3 || echo /usr/bin/python3)
+fi
 WORK="${WORK:-bench/models/gpu-check}"
 PROMPT="${PROMPT:-2048}"
 GEN="${GEN:-128}"
@@ -67,16 +73,30 @@ if [ -z "$LLAMA_BENCH" ] && [ -n "${LLAMA_CPP:-}" ]; then
     llama_pid=$!
 fi
 
-say "build (make -j$JOBS)"
-if ! make -j"$JOBS" >"$WORK/build.log" 2>&1 ||
-   ! make -j"$JOBS" build/rel/tests/test_cuda build/rel/tests/test_cuda_emu >>"$WORK/build.log" 2>&1; then
-    tail -n 30 "$WORK/build.log"
-    echo "gpu-check: the build failed (log: $WORK/build.log)"
-    exit 1
-fi
-if [ ! -f build/rel/kernels/cuda/cuda_backend.o ]; then
-    echo "gpu-check: the CUDA backend was not built: is nvcc installed (PATH or /usr/local/cuda/bin)?"
-    exit 1
+if [ -x .gpu-bin/ilpd ] && [ "${REBUILD:-0}" != 1 ]; then
+    say "prebuilt binaries from .gpu-bin (scripts/make/gpu-pack.sh; REBUILD=1 builds here instead)"
+    mkdir -p build/rel/tests
+    cp -p .gpu-bin/ilpd ./ilpd
+    cp -p .gpu-bin/build/rel/tests/test_cuda .gpu-bin/build/rel/tests/test_cuda_emu build/rel/tests/
+    export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ -d .gpu-bin/shared ] && export SHARED="$PWD/.gpu-bin/shared"
+    if ldd ./ilpd build/rel/tests/test_cuda | grep 'not found'; then
+        echo "gpu-check: the prebuilt binaries lack the libraries above here"
+        exit 1
+    fi
+else
+    say "build (make -j$JOBS)"
+    if ! make -j"$JOBS" >"$WORK/build.log" 2>&1 ||
+       ! make -j"$JOBS" build/rel/tests/test_cuda build/rel/tests/test_cuda_emu >>"$WORK/build.log" 2>&1; then
+        tail -n 30 "$WORK/build.log"
+        echo "gpu-check: the build failed (log: $WORK/build.log); without the libraries' headers, run"
+        echo "scripts/make/gpu-pack.sh where they are and carry .gpu-bin"
+        exit 1
+    fi
+    if [ ! -f build/rel/kernels/cuda/cuda_backend.o ]; then
+        echo "gpu-check: the CUDA backend was not built: is nvcc installed (PATH or /usr/local/cuda/bin)?"
+        exit 1
+    fi
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 

@@ -29,6 +29,7 @@ for b in $bins; do
     cp -p "$b" "$out/$b"
     strip --strip-debug "$out/$b" # symbols stay (backtraces); the DWARF would not fit
 done
+# shellcheck disable=SC2086 # the list splits into the binaries
 for lib in $(ldd $bins | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
     case "$(basename "$lib")" in
     libc.so* | libm.so* | libstdc++.so* | libgcc_s.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux*) ;;
@@ -45,7 +46,7 @@ else
 fi
 kib=$(du -sk "$out" | cut -f1)
 tree=$(git ls-files -z | du -ck --files0-from=- | tail -n 1 | cut -f1)
-echo "gpu-pack: $out holds $((kib / 1024)) MiB ($(ls "$out/lib" | wc -l) libraries, $bins);" \
+echo "gpu-pack: $out holds $((kib / 1024)) MiB ($(find "$out/lib" -type f | wc -l) libraries, $bins);" \
     "with the tracked files $(((kib + tree) / 1024)) MiB"
 if [ $((kib + tree)) -gt $((60 * 1024)) ]; then
     echo "gpu-pack: over 60 MiB: a device call carries 64 MiB with the working tree" >&2

@@ -33,6 +33,9 @@
 #   -DGGML_CUDA_FA_ALL_QUANTS=OFF, the llama-bench target only: about 5
 #   minutes on 16 cores; the tree needs ggml/, src/, include/, common/,
 #   vendor/, cmake/ and tools/llama-bench).
+#   with SANITIZER=1, instead of steps 3-6: test_cuda under compute-sanitizer
+#   (SAN_TOOLS, default "memcheck racecheck"; SAN_TIMEOUT seconds each,
+#   default 150), for races and out-of-bounds accesses of the kernels.
 # Usage (from the repository root): bash scripts/make/gpu-check.sh
 # Environment: WORK (model folder, default bench/models/gpu-check, git-ignored; about 17 GB free
 # needed, each model is deleted after its run unless KEEP=1), PROMPT (2048),
@@ -113,6 +116,29 @@ echo "CUDA tests: $p passed, $f failed, $s skipped (log: $tests_out)"
 if grep -q '^skip - cuda: no usable GPU' "$tests_out"; then
     echo "gpu-check: no usable GPU: nothing to benchmark"
     exit 1
+fi
+
+if [ "${SANITIZER:-0}" = 1 ]; then # instead of the benchmarks: test_cuda under compute-sanitizer
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    if [ ! -x "$cs" ]; then
+        echo "gpu-check: no compute-sanitizer on this machine"
+        exit 1
+    fi
+    for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+        say "compute-sanitizer --tool $tool build/rel/tests/test_cuda (at most ${SAN_TIMEOUT:-150} s)"
+        timeout "${SAN_TIMEOUT:-150}" "$cs" --tool "$tool" --error-exitcode 99 build/rel/tests/test_cuda \
+            > "$WORK/sanitizer-$tool.log" 2>&1
+        rc=$?
+        grep -m 20 -E '^========= +(Invalid|Race|Error|Barrier|Uninitialized|Out of|Program hit)' "$WORK/sanitizer-$tool.log"
+        grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$WORK/sanitizer-$tool.log" | tail -n 2
+        case $rc in
+        0) echo "$tool: clean" ;;
+        124) echo "$tool: stopped after ${SAN_TIMEOUT:-150} s (log: $WORK/sanitizer-$tool.log)" ;;
+        *) echo "$tool: exit status $rc (log: $WORK/sanitizer-$tool.log)"; status=1 ;;
+        esac
+    done
+    say "done (status $status)"
+    exit $status
 fi
 
 # The 25% mask: layers 2, 6, 10, ..., 30 skipped (8 of 32); base64 of 32 bytes, 1 = computed.

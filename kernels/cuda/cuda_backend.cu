@@ -28,7 +28,7 @@
  *   the positions) reads each cached K/V row once for all those rows,
  *   a warp at a time with 4- to 16-byte loads, and keeps an online softmax
  *   per row in registers (k_attn_dec);
- *   prompts (32 queries or more; head size 64 or 128): flash attention on
+ *   prompts (32 queries or more; head size 64, 128 or 256): flash attention on
  *   the CUDA cores, one block of 256 threads per (tile of 64 queries, head,
  *   split) over tiles of 32-64 positions, scores and outputs in register
  *   tiles, the softmax of a row in a half-warp (k_attn_tile);
@@ -1183,7 +1183,7 @@ typedef struct {
 
 /* The tiled prompt kernel's positions a tile for head size HD (0: not
  * this head size) and its shared memory. */
-static int tile_bk(int hd) { return hd == 64 ? 64 : hd == 128 ? 32 : 0; }
+static int tile_bk(int hd) { return hd == 64 ? 64 : hd == 128 || hd == 256 ? 32 : 0; }
 static size_t tile_smem(int hd, int bk) {
     return sizeof(float) * ((size_t)hd * TQ + 2 * (size_t)hd * bk + (size_t)bk * TQ_LD);
 }
@@ -1690,11 +1690,17 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
         else if (hd == 64)
             launch(c, "attention", k_attn_tile<0, 64, 64>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
                    group, split_len, nsplit, scale, s->window, out, part);
-        else if (f16)
+        else if (hd == 128 && f16)
             launch(c, "attention", k_attn_tile<1, 128, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
                    group, split_len, nsplit, scale, s->window, out, part);
-        else
+        else if (hd == 128)
             launch(c, "attention", k_attn_tile<0, 128, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
+                   group, split_len, nsplit, scale, s->window, out, part);
+        else if (f16)
+            launch(c, "attention", k_attn_tile<1, 256, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
+                   group, split_len, nsplit, scale, s->window, out, part);
+        else
+            launch(c, "attention", k_attn_tile<0, 256, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
                    group, split_len, nsplit, scale, s->window, out, part);
     } else {
         dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
@@ -1837,6 +1843,10 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     cudaFuncSetAttribute((const void *)k_attn_tile<0, 128, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)c->smem_optin);
     cudaFuncSetAttribute((const void *)k_attn_tile<1, 128, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)c->smem_optin);
+    cudaFuncSetAttribute((const void *)k_attn_tile<0, 256, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)c->smem_optin);
+    cudaFuncSetAttribute((const void *)k_attn_tile<1, 256, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)c->smem_optin);
     cudaGetLastError();
 #else

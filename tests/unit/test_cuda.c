@@ -1180,6 +1180,7 @@ int main(int argc, char **argv) {
     char err[512] = "";
 #ifdef CUDA_EMU
     setenv("ILPD_CUDA_EMU_SMS", "16", 0); /* enough "SMs" that decode attention splits its positions */
+    setenv("ILPD_CUDA_EMU_SMEM", "232448", 0); /* an H100's or H200's shared memory a block (the 256-wide tiles) */
     CHECK(kb_cuda_emu_selftest(err, sizeof err) == 0, TAG ": host self-test of weight decoding and int8 dots %s", err);
     kb_backend *g = kb_cuda_emu_create(0, err, sizeof err);
     CHECK(g != NULL, TAG ": create the emulated backend %s", err);

@@ -691,9 +691,12 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
     float *gu[2] = {s->hb, s->hb2};
     const kb_weight *wgu[2] = {&L->w_gate, &L->w_up};
     kb_matmul_many(kb, gu, wgu, 2, s->xb, n);
-    if (m->family->gelu) kb->geglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
-    else kb->swiglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
-    kb->matmul(kb, s->xb, &L->w_down, s->hb, n);
+    if (m->family->gelu) {
+        kb->geglu(kb, s->hb, s->hb2, (size_t)n * m->ffn_dim);
+        kb->matmul(kb, s->xb, &L->w_down, s->hb, n);
+    } else {
+        kb_swiglu_matmul(kb, s->xb, &L->w_down, s->hb, s->hb2, n);
+    }
     if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_ffn_norm, n, m->dim, m->eps);
     kb->add(kb, x, s->xb, (size_t)n * m->dim);
 }

@@ -136,6 +136,11 @@ struct kb_backend {
                       int n, int pos0, const kb_attn_shape *s);
     /* gate = silu(gate) * up, elementwise over N values. */
     void (*swiglu)(kb_backend *kb, float *gate, const float *up, size_t n);
+    /* out = (silu(gate) * up) times W transposed, n rows of w->cols: bit for
+     * bit swiglu then matmul, but GATE may keep its values (a backend may
+     * apply SwiGLU as it quantises the input). NULL: the caller makes the
+     * two calls (kb_swiglu_matmul). */
+    void (*swiglu_matmul)(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n);
     /* gate = gelu(gate) * up over N values, GELU in its tanh form (Gemma's GeGLU). */
     void (*geglu)(kb_backend *kb, float *gate, const float *up, size_t n);
     /* x *= by over N values. */
@@ -166,6 +171,8 @@ size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
 
 /* kb->matmul_many, or COUNT matmul calls when the backend has none. */
 void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x, int n);
+/* kb->swiglu_matmul, or swiglu then matmul when the backend has none. */
+void kb_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n);
 /* kb->add_rmsnorm, or add then rmsnorm when the backend has none. */
 void kb_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim, float eps);
 

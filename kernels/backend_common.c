@@ -15,6 +15,15 @@ void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *
         for (int i = 0; i < count; i++) kb->matmul(kb, outs[i], ws[i], x, n);
 }
 
+void kb_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n) {
+    if (kb->swiglu_matmul) {
+        kb->swiglu_matmul(kb, out, w, gate, up, n);
+    } else {
+        kb->swiglu(kb, gate, up, (size_t)n * w->cols);
+        kb->matmul(kb, out, w, gate, n);
+    }
+}
+
 void kb_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim, float eps) {
     if (kb->add_rmsnorm) {
         kb->add_rmsnorm(kb, x, y, out, w, n, dim, eps);

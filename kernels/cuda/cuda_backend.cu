@@ -275,11 +275,16 @@ KGLOBAL void k_mv_ref(int type, const uint8_t *__restrict__ w, size_t row_bytes,
  * q = rint(x / d), d = amax / 127, ds = d * sum(q): each block its own
  * scale (the CPU backend rounds its scales to multiples of a per-256 unit
  * for its integer sums; here the sums are per block). */
-KGLOBAL void k_quant_act(const float *__restrict__ x, int nblocks, int8_t *__restrict__ qs, float *__restrict__ d,
-                         float *__restrict__ ds) {
+KDEV float silu_mul(float a, float u) { return fmul_rn(a / fadd_rn(1.0f, expf(-a)), u); }
+
+/* With UP: the values quantised are silu(x) * up, rounded as k_swiglu
+ * rounds them (the down projection's input, in the same launch). */
+KGLOBAL void k_quant_act(const float *__restrict__ x, const float *__restrict__ up, int nblocks,
+                         int8_t *__restrict__ qs, float *__restrict__ d, float *__restrict__ ds) {
     int b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (b >= nblocks) return;
     float v = x[(size_t)b * 32 + lane];
+    if (up) v = silu_mul(v, up[(size_t)b * 32 + lane]);
     float amax = warp_max(fabsf(v));
     float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
     int q = f2i_rn(fmul_rn(v, id));
@@ -820,10 +825,7 @@ KGLOBAL void k_attn_combine(const float *__restrict__ part, int nsplit, int n_he
 
 KGLOBAL void k_swiglu(float *__restrict__ g, const float *__restrict__ u, size_t count) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
-        float a = g[i];
-        g[i] = fmul_rn(a / fadd_rn(1.0f, expf(-a)), u[i]);
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) g[i] = silu_mul(g[i], u[i]);
 }
 
 /* GELU in its tanh form times up (Gemma's GeGLU). */
@@ -888,7 +890,8 @@ struct cu_impl {
     /* the kernels of 2026-12-07, each switchable for side-by-side runs on a
      * GPU: 0 = the attention kernel before them (ILPD_CUDA_ATTN_BASIC=1),
      * most warps a matvec row (ILPD_CUDA_MV_WARPS, 1 = before), weight
-     * sets in one launch (ILPD_CUDA_SETS=0: one launch a weight) */
+     * sets and SwiGLU with its quantisation in one launch
+     * (ILPD_CUDA_SETS=0: one launch a weight and an operation) */
     int attn_new, mv_warps, sets;
     size_t mem_used, mem_limit; /* emulation: "device" bytes in use and the budget (0: none) */
     char label[300];            /* kb->name: "cuda:0 (NVIDIA H200)" */
@@ -1502,7 +1505,8 @@ static mv_set mv_rows_from(const mv_set &set, int t0) {
 /* The own kernels for the COUNT weights W (as the device holds them, one
  * type and width) times the same N rows of X: the activation quantised once
  * for all of them, one launch per 8 rows. */
-static void matmul_own(cu_impl *c, float *const *outs, const kb_weight *w, int count, const float *x, int n) {
+static void matmul_own(cu_impl *c, float *const *outs, const kb_weight *w, int count, const float *x, const float *up,
+                       int n) {
     int cols = w[0].cols;
     size_t rb = ggml_row_bytes(w[0].type, (uint64_t)cols);
     mv_set set;
@@ -1518,6 +1522,7 @@ static void matmul_own(cu_impl *c, float *const *outs, const kb_weight *w, int c
         int cap = 0;
         while (cap < n && act_bytes((size_t)cap + 1, (size_t)cols) <= c->act.cap) cap++;
         if (cap < 1 || c->act.cap < per) {
+            if (up) return report(c, "matmul", "no scratch for the activation of the fused SwiGLU");
             for (int i = 0; i < count; i++) matmul_ref(c, outs[i], &w[i], x, n, rb);
             return;
         }
@@ -1529,7 +1534,7 @@ static void matmul_own(cu_impl *c, float *const *outs, const kb_weight *w, int c
             float *ad = reinterpret_cast<float *>(base + ((size_t)nt * cols + 255) / 256 * 256);
             float *ads = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(ad) + (nb * 4 + 255) / 256 * 256);
             launch(c, "quantize", k_quant_act, dim3((unsigned)((nb + MV_THREADS / 32 - 1) / (MV_THREADS / 32))),
-                   dim3(MV_THREADS), 0, x + (size_t)t0 * cols, (int)nb, aq, ad, ads);
+                   dim3(MV_THREADS), 0, x + (size_t)t0 * cols, up ? up + (size_t)t0 * cols : up, (int)nb, aq, ad, ads);
             for (int s0 = 0; s0 < nt; s0 += MV_NT) {
                 int m = nt - s0 < MV_NT ? nt - s0 : MV_NT;
                 const int8_t *q = aq + (size_t)s0 * cols;
@@ -1564,7 +1569,7 @@ static void matmul_one(cu_impl *c, float *out, const kb_weight *w, const float *
     size_t rb = ggml_row_bytes(w->type, (uint64_t)w->cols);
     if (c->ref) return matmul_ref(c, out, w, x, n, rb);
     if (c->gemm_min_n > 0 && n >= c->gemm_min_n && matmul_gemm(c, out, w, x, n, rb) == 0) return;
-    matmul_own(c, &out, w, 1, x, n);
+    matmul_own(c, &out, w, 1, x, NULL, n);
 }
 
 static void cu_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x,
@@ -1581,12 +1586,29 @@ static void cu_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *
         same = same && dw[i].type == dw[0].type && dw[i].cols == dw[0].cols;
     }
     if (same && c->sets && !c->ref && !(c->gemm_min_n > 0 && n >= c->gemm_min_n))
-        return matmul_own(c, outs, dw, count, x, n);
+        return matmul_own(c, outs, dw, count, x, NULL, n);
     for (int i = 0; i < count; i++) matmul_one(c, outs[i], &dw[i], x, n);
 }
 
 static void cu_matmul(kb_backend *kb, float *out, const kb_weight *w, const float *x, int n) {
     cu_matmul_many(kb, &out, &w, 1, x, n);
+}
+
+static void cu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n);
+
+/* A quantised down projection of up to 8 rows whose activation fits the
+ * scratch quantises silu(gate) * up in its one quantisation launch (gate is
+ * left as it was); anything else runs SwiGLU, then the matmul. */
+static void cu_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n) {
+    cu_impl *c = impl_of(kb);
+    if (n <= 0) return;
+    kb_weight dw = *w;
+    dw.type = dev_type(w);
+    if (w->dev && c->sets && !c->ref && !(c->gemm_min_n > 0 && n >= c->gemm_min_n) && is_quant(dw.type) &&
+        act_bytes((size_t)n, (size_t)dw.cols) <= c->act.cap)
+        return matmul_own(c, &out, &dw, 1, gate, up, n);
+    cu_swiglu(kb, gate, up, (size_t)n * w->cols);
+    cu_matmul(kb, out, w, gate, n);
 }
 
 static void cu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
@@ -1881,6 +1903,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->mem_free = cu_mem_free;
     kb->matmul_many = cu_matmul_many;
     kb->add_rmsnorm = cu_add_rmsnorm;
+    kb->swiglu_matmul = cu_swiglu_matmul;
     kb->weight_upload = cu_weight_upload;
     kb->weight_release = cu_weight_release;
     kb->embed = cu_embed;

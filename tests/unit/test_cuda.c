@@ -413,6 +413,61 @@ static void check_matmul_many(pair p, ggml_type t, ggml_type other, int cols) {
     free(b);
 }
 
+/* swiglu_matmul: a weight of type T (40 rows of COLS) times silu(gate) *
+ * up, bit for bit swiglu then matmul, for 1, 3, 8 and 12 rows; for the
+ * quantised types up to 8 rows in a launch fewer (SwiGLU applied as the
+ * input is quantised). */
+static void check_swiglu_matmul(pair p, ggml_type t, int cols) {
+    enum { ROWS = 40, N_MAX = 12 };
+    size_t rb = ggml_row_bytes(t, (uint64_t)cols), nx = (size_t)N_MAX * cols;
+    uint8_t *host = malloc(rb * ROWS);
+    float *g = malloc(nx * sizeof(float)), *u = malloc(nx * sizeof(float)), *a = malloc((size_t)N_MAX * ROWS * 4),
+          *b = malloc((size_t)N_MAX * ROWS * 4);
+    kb_weight w = {t, ROWS, cols, host, NULL, rb * ROWS};
+    int ok = host && g && u && a && b, bad = 0, fewer = 1;
+    if (ok) {
+        fill_weight(t, host, rb * ROWS);
+        for (size_t i = 0; i < nx; i++) {
+            g[i] = unif() * 4;
+            u[i] = unif() * 2;
+        }
+        ok = p.g->weight_upload(p.g, &w) == 0;
+    }
+    float *gg = ok ? p.g->alloc(p.g, nx * 4) : NULL, *ug = ok ? dev_from(p.g, u, nx) : NULL;
+    float *o = ok ? p.g->alloc(p.g, (size_t)N_MAX * ROWS * 4) : NULL;
+    ok = ok && gg && ug && o;
+    int quant = t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16;
+    const int ns[] = {1, 3, 8, N_MAX};
+    for (size_t ni = 0; ok && ni < sizeof ns / sizeof *ns; ni++) {
+        int n = ns[ni];
+        p.g->to_backend(p.g, gg, g, nx * 4);
+        uint64_t l0 = p.g->launches(p.g);
+        kb_swiglu_matmul(p.g, o, &w, gg, ug, n);
+        uint64_t l1 = p.g->launches(p.g);
+        host_from(p.g, a, o, (size_t)n * ROWS);
+        p.g->to_backend(p.g, gg, g, nx * 4);
+        uint64_t l2 = p.g->launches(p.g);
+        p.g->swiglu(p.g, gg, ug, (size_t)n * cols);
+        p.g->matmul(p.g, o, &w, gg, n);
+        uint64_t l3 = p.g->launches(p.g);
+        host_from(p.g, b, o, (size_t)n * ROWS);
+        bad += memcmp(a, b, (size_t)n * ROWS * sizeof(float)) != 0;
+        fewer = fewer && (!quant || n > KB_EXACT_ROWS || l1 - l0 < l3 - l2);
+    }
+    CHECK(ok && !bad && fewer && !kb_error(p.g),
+          TAG ": swiglu_matmul %s [40 x %d] n=1,3,8,12: bit for bit swiglu then matmul (%d differ)%s", ggml_type_name(t),
+          cols, bad, quant ? ", a launch fewer up to 8 rows" : "");
+    if (host && w.dev) p.g->weight_release(p.g, &w);
+    p.g->free(p.g, gg);
+    p.g->free(p.g, ug);
+    p.g->free(p.g, o);
+    free(host);
+    free(g);
+    free(u);
+    free(a);
+    free(b);
+}
+
 /* A kernel that fails (a test's injected fault, taken where a failed launch
  * is reported) is recorded in the backend's error state, which sticks until
  * cleared; the same operation then runs as on the CPU. */
@@ -966,6 +1021,7 @@ static void run_all(kb_backend *g, const char *models) {
                 for (int wide = 2048; wide <= 8192; wide *= 2) check_matmul(p, t, 9, wide);
                 check_matmul_many(p, t, t, quant ? 512 : 128);
                 check_matmul_many(p, t, t, 4096);
+                check_swiglu_matmul(p, t, quant ? 512 : 128);
             }
         }
         check_matmul_many(p, GGML_TYPE_Q8_0, GGML_TYPE_F16, 512);

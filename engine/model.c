@@ -682,8 +682,7 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
         kb->rmsnorm(kb, s->q, s->q, &L->q_norm, n * m->n_heads, m->head_dim, m->eps);
         kb->rmsnorm(kb, s->k, s->k, &L->k_norm, n * m->n_kv_heads, m->head_dim, m->eps);
     }
-    kb->rope(kb, s->q, n, m->n_heads, attn, pos0 + r0);
-    kb->rope(kb, s->k, n, m->n_kv_heads, attn, pos0 + r0);
+    kb_rope_qk(kb, s->q, s->k, n, m->n_heads, m->n_kv_heads, attn, pos0 + r0);
     kb->attention(kb, s->att, s->q, s->k, s->v, &s->kv[l], n, pos0 + r0, attn);
     kb->matmul(kb, s->xb, &L->wo, s->att, n);
     if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_attn_norm, n, m->dim, m->eps);

@@ -129,6 +129,10 @@ struct kb_backend {
     void (*add_bias)(kb_backend *kb, float *x, const kb_weight *b, int n);
     /* Rotates the N_HEADS heads of each of n rows of X; row i is at position pos0 + i. */
     void (*rope)(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0);
+    /* rope of Q's N_HEADS and K's N_KV_HEADS, bit for bit the two calls, in one
+     * pass where the backend can. NULL: the caller makes them (kb_rope_qk). */
+    void (*rope_qk)(kb_backend *kb, float *q, float *k, int n, int n_heads, int n_kv_heads, const kb_attn_shape *s,
+                    int pos0);
     /* Stores the n rows of K and V at positions pos0.. of CACHE, then writes
      * causal attention for the n queries Q (positions pos0..) into OUT, over
      * S's window when it has one. */
@@ -171,6 +175,8 @@ size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
 
 /* kb->matmul_many, or COUNT matmul calls when the backend has none. */
 void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x, int n);
+/* kb->rope_qk, or the two rope calls when the backend has none. */
+void kb_rope_qk(kb_backend *kb, float *q, float *k, int n, int n_heads, int n_kv_heads, const kb_attn_shape *s, int pos0);
 /* kb->swiglu_matmul, or swiglu then matmul when the backend has none. */
 void kb_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n);
 /* kb->add_rmsnorm, or add then rmsnorm when the backend has none. */

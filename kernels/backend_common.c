@@ -15,6 +15,15 @@ void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *
         for (int i = 0; i < count; i++) kb->matmul(kb, outs[i], ws[i], x, n);
 }
 
+void kb_rope_qk(kb_backend *kb, float *q, float *k, int n, int n_heads, int n_kv_heads, const kb_attn_shape *s, int pos0) {
+    if (kb->rope_qk) {
+        kb->rope_qk(kb, q, k, n, n_heads, n_kv_heads, s, pos0);
+    } else {
+        kb->rope(kb, q, n, n_heads, s, pos0);
+        kb->rope(kb, k, n, n_kv_heads, s, pos0);
+    }
+}
+
 void kb_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n) {
     if (kb->swiglu_matmul) {
         kb->swiglu_matmul(kb, out, w, gate, up, n);

@@ -385,9 +385,10 @@ KGLOBAL void k_rmsnorm(float *x, const float *y, const float *__restrict__ g, in
 }
 
 /* One block per row (position pos0 + row): rotates the first NROT
- * dimensions of every head of HD (the rest pass through). */
-KGLOBAL void k_rope(float *__restrict__ x, int n_heads, int hd, int nrot, int neox, const float *__restrict__ inv_freq,
-                    int pos0, float mscale) {
+ * dimensions of every head of HD (the rest pass through), the N_HEADS of X
+ * and then the N_HEADS2 of X2 (the keys with the queries: 0 for none). */
+KGLOBAL void k_rope(float *__restrict__ x, int n_heads, float *__restrict__ x2, int n_heads2, int hd, int nrot,
+                    int neox, const float *__restrict__ inv_freq, int pos0, float mscale) {
     SMEM float cs[512];
     SMEM float sn[512];
     int half = nrot / 2;
@@ -397,10 +398,10 @@ KGLOBAL void k_rope(float *__restrict__ x, int n_heads, int hd, int nrot, int ne
         sn[k] = fmul_rn((float)sin(th), mscale);
     }
     sync_block();
-    float *xr = x + (size_t)blockIdx.x * n_heads * hd;
-    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+    float *xr = x + (size_t)blockIdx.x * n_heads * hd, *xr2 = x2 ? x2 + (size_t)blockIdx.x * n_heads2 * hd : NULL;
+    for (int idx = threadIdx.x; idx < (n_heads + n_heads2) * half; idx += blockDim.x) {
         int h = idx / half, k = idx - h * half;
-        float *v = xr + (size_t)h * hd;
+        float *v = h < n_heads ? xr + (size_t)h * hd : xr2 + (size_t)(h - n_heads) * hd;
         int a = neox ? k : 2 * k, b = neox ? k + half : 2 * k + 1;
         float x0 = v[a], x1 = v[b];
         v[a] = fsub_rn(fmul_rn(x0, cs[k]), fmul_rn(x1, sn[k]));
@@ -1638,16 +1639,31 @@ static const float *rope_freqs(cu_impl *c, const float *inv, int half) {
     return dev;
 }
 
-static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
-    cu_impl *c = impl_of(kb);
-    int nrot = s->n_rot ? s->n_rot : s->head_dim, half = nrot / 2;
+/* X's N_HEADS and, when X2 is not NULL, X2's N_HEADS2, in one launch. */
+static void rope_launch(cu_impl *c, float *x, int n_heads, float *x2, int n_heads2, int n, const kb_attn_shape *s,
+                        int pos0) {
+    int nrot = s->n_rot ? s->n_rot : s->head_dim, half = nrot / 2, heads = n_heads + (x2 ? n_heads2 : 0);
     if (n <= 0) return;
     if (half > c->inv_cap) return report(c, "rope", "head size larger than the scratch reserved");
     const float *freqs = rope_freqs(c, s->inv_freq, half);
     if (!freqs) return;
-    int threads = n_heads * half >= 256 ? 256 : 32 * ((n_heads * half + 31) / 32);
-    launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, s->head_dim, nrot, s->neox,
-           freqs, pos0, s->mscale != 0 ? s->mscale : 1.0f);
+    int threads = heads * half >= 256 ? 256 : 32 * ((heads * half + 31) / 32);
+    launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, x2, x2 ? n_heads2 : 0,
+           s->head_dim, nrot, s->neox, freqs, pos0, s->mscale != 0 ? s->mscale : 1.0f);
+}
+
+static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
+    rope_launch(impl_of(kb), x, n_heads, NULL, 0, n, s, pos0);
+}
+
+static void cu_rope_qk(kb_backend *kb, float *q, float *k, int n, int n_heads, int n_kv_heads, const kb_attn_shape *s,
+                       int pos0) {
+    cu_impl *c = impl_of(kb);
+    if (!c->sets) { /* the A/B switch: as before, a launch each */
+        rope_launch(c, q, n_heads, NULL, 0, n, s, pos0);
+        return rope_launch(c, k, n_kv_heads, NULL, 0, n, s, pos0);
+    }
+    rope_launch(c, q, n_heads, k, n_kv_heads, n, s, pos0);
 }
 
 /* k_attn_dec for head size 32 * DPL and ROWS (dec_rows) rows a block. */
@@ -1904,6 +1920,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->matmul_many = cu_matmul_many;
     kb->add_rmsnorm = cu_add_rmsnorm;
     kb->swiglu_matmul = cu_swiglu_matmul;
+    kb->rope_qk = cu_rope_qk;
     kb->weight_upload = cu_weight_upload;
     kb->weight_release = cu_weight_release;
     kb->embed = cu_embed;

@@ -520,6 +520,31 @@ static void check_rope(pair p, int neox, float mscale) {
     host_from(p.c, rc, xc, N * H * HD);
     CHECK(rel_err(rg, rc, rc, N * H * HD) <= 1e-6, TAG ": rope (%s, mscale %g) at positions 1000.. (error %.2g)",
           neox ? "neox" : "normal", mscale, rel_err(rg, rc, rc, N * H * HD));
+    /* rope_qk: the queries' H heads and keys' H/2, bit for bit the two calls, in one launch */
+    enum { KH = H / 2 };
+    float k[N * KH * HD], qa[N * H * HD], ka[N * KH * HD], qb[N * H * HD], kbuf[N * KH * HD];
+    for (int i = 0; i < N * KH * HD; i++) k[i] = unif();
+    float *qg = dev_from(p.g, x, N * H * HD), *kg = dev_from(p.g, k, N * KH * HD);
+    int ok = qg && kg;
+    uint64_t launches = 0;
+    if (ok) {
+        uint64_t l0 = p.g->launches(p.g);
+        kb_rope_qk(p.g, qg, kg, N, H, KH, &s, 1000);
+        launches = p.g->launches(p.g) - l0;
+        host_from(p.g, qa, qg, N * H * HD);
+        host_from(p.g, ka, kg, N * KH * HD);
+        p.g->to_backend(p.g, qg, x, sizeof x);
+        p.g->to_backend(p.g, kg, k, sizeof k);
+        p.g->rope(p.g, qg, N, H, &s, 1000);
+        p.g->rope(p.g, kg, N, KH, &s, 1000);
+        host_from(p.g, qb, qg, N * H * HD);
+        host_from(p.g, kbuf, kg, N * KH * HD);
+        ok = !memcmp(qa, qb, sizeof qa) && !memcmp(ka, kbuf, sizeof ka);
+    }
+    CHECK(ok && launches == 1, TAG ": rope_qk (%s) in one launch (%llu): bit for bit rope of q, then of k",
+          neox ? "neox" : "normal", (unsigned long long)launches);
+    p.g->free(p.g, qg);
+    p.g->free(p.g, kg);
     p.g->free(p.g, xg);
     p.c->free(p.c, xc);
 }

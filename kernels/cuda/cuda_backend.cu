@@ -1243,40 +1243,46 @@ static attn_plan attn_plan_make(const cu_impl *c, int n, int npos, const kb_attn
     return p;
 }
 
+/* What reserve() allocates for shape S: the int8 activation (act) of
+ * max_rows rows, the token ids of embed, RoPE's inverse frequencies (2
+ * slots of half a head), attention's partial results, the F16 activation
+ * and the F16 weight tile of the GEMM path (bytes). */
+typedef struct {
+    size_t act, ids, half, part, x16, w16;
+} cu_scratch;
+
+static cu_scratch scratch_for(const cu_impl *c, const kb_scratch_shape *s) {
+    size_t w = (size_t)(s->max_width > 32 ? s->max_width : 32), rows = (size_t)(s->max_rows > 1 ? s->max_rows : 1);
+    cu_scratch b = {act_bytes(rows, w), (rows > 256 ? rows : 256) * 4, s->attn ? (size_t)s->attn->head_dim / 2 : 0,
+                    0, rows * w * 2, W16_TILE_BYTES};
+    for (int n = 1; s->attn && n <= (int)rows; n++) {
+        attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn);
+        if (p.part_bytes > b.part) b.part = p.part_bytes;
+    }
+    return b;
+}
+
+static size_t cu_scratch_bytes(kb_backend *kb, const kb_scratch_shape *s) {
+    cu_scratch b = scratch_for(impl_of(kb), s);
+    return b.act + b.ids + 2 * b.half * sizeof(float) + b.part + b.x16 + b.w16;
+}
+
 /* Allocates the scratch for requests of shape S: the int8 activation of
  * max_rows rows (at least one), the token ids of embed, RoPE's frequencies;
  * and, optional (without them attention does not split and cuBLAS does not
  * run), attention's partial results and the F16 activation and weight tile
  * of the GEMM path. */
-/* The bytes of attention's partial results for shape S. */
-static size_t part_bytes_for(const cu_impl *c, const kb_scratch_shape *s, size_t rows) {
-    size_t part = 0;
-    for (int n = 1; s->attn && n <= (int)rows; n++) {
-        attn_plan p = attn_plan_make(c, n, s->n_ctx, s->attn);
-        if (p.part_bytes > part) part = p.part_bytes;
-    }
-    return part;
-}
-
-static size_t cu_scratch_bytes(kb_backend *kb, const kb_scratch_shape *s) {
-    cu_impl *c = impl_of(kb);
-    size_t w = (size_t)(s->max_width > 32 ? s->max_width : 32), rows = (size_t)(s->max_rows > 1 ? s->max_rows : 1);
-    size_t half = s->attn ? (size_t)s->attn->head_dim / 2 : 0;
-    return act_bytes(rows, w) + (rows > 256 ? rows : 256) * 4 + 2 * half * sizeof(float) +
-           part_bytes_for(c, s, rows) + rows * w * 2 + W16_TILE_BYTES;
-}
-
 static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
     cu_impl *c = impl_of(kb);
-    size_t w = (size_t)(s->max_width > 32 ? s->max_width : 32), rows = (size_t)(s->max_rows > 1 ? s->max_rows : 1);
-    size_t part = 0;
-    int half = s->attn ? s->attn->head_dim / 2 : 0;
+    size_t w = (size_t)(s->max_width > 32 ? s->max_width : 32);
+    cu_scratch b = scratch_for(c, s);
+    int half = (int)b.half;
     if (kb->fail_scratch) {
         kb->fail_scratch = 0;
         goto oom;
     }
-    if (buf_grow(c, &c->act, act_bytes(rows, w)) && buf_grow(c, &c->act, act_bytes(1, w))) goto oom;
-    if (buf_grow(c, &c->ids, (rows > 256 ? rows : 256) * 4) && buf_grow(c, &c->ids, 256 * 4)) goto oom;
+    if (buf_grow(c, &c->act, b.act) && buf_grow(c, &c->act, act_bytes(1, w))) goto oom;
+    if (buf_grow(c, &c->ids, b.ids) && buf_grow(c, &c->ids, 256 * 4)) goto oom;
     if (half > c->inv_cap) {
         float *host = static_cast<float *>(malloc(2 * (size_t)half * sizeof(float)));
         float *dev = static_cast<float *>(rt_malloc(c, 2 * (size_t)half * sizeof(float)));
@@ -1293,10 +1299,9 @@ static int cu_reserve(kb_backend *kb, const kb_scratch_shape *s) {
         c->inv_cap = half;
         c->inv_n[0] = c->inv_n[1] = 0;
     }
-    part = part_bytes_for(c, s, rows);
-    if (part) buf_grow(c, &c->part, part);
-    buf_grow(c, &c->x16, rows * w * 2);
-    if (!c->w16.p && buf_grow(c, &c->w16, W16_TILE_BYTES)) buf_grow(c, &c->w16, W16_TILE_BYTES / 8);
+    if (b.part) buf_grow(c, &c->part, b.part);
+    buf_grow(c, &c->x16, b.x16);
+    if (!c->w16.p && buf_grow(c, &c->w16, b.w16)) buf_grow(c, &c->w16, b.w16 / 8);
     return 0;
 oom:
     kb_fail(kb, "reserve: out of device memory for the scratch of %d rows of %d", s->max_rows, s->max_width);
@@ -1688,6 +1693,32 @@ static void dec_launch_hd(cu_impl *c, int hd, int rows, dim3 g, A... a) {
     }
 }
 
+/* The tiled prompt kernel for head size HD (64, 128 or 256: tile_bk). */
+typedef void (*tile_kernel_fn)(const float *, const void *, const void *, int, int, int, int, int, int, int, float,
+                               int, float *, float *);
+template <int KVT> static tile_kernel_fn tile_kernel(int hd) {
+    return hd == 64 ? k_attn_tile<KVT, 64, 64> : hd == 128 ? k_attn_tile<KVT, 128, 32> : k_attn_tile<KVT, 256, 32>;
+}
+
+/* Attention by plan P over a KV cache of type KVT (the K/V rows stored). */
+template <int KVT>
+static void attn_launch(cu_impl *c, const attn_plan &p, const float *q, const kb_kv *cache, int n, int pos0,
+                        const kb_attn_shape *s, float scale, float *out, float *part) {
+    int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads, kvd = cache->kv_dim;
+    const void *kc = cache->k, *vc = cache->v;
+    if (p.dec)
+        return dec_launch_hd<KVT>(c, hd, p.dec, dim3((unsigned)s->n_kv_heads, (unsigned)p.nsplit), q, kc, vc, kvd, n,
+                                  pos0, heads, group, p.split_len, p.nsplit, scale, s->window, out, part);
+    if (p.bk)
+        return launch(c, "attention", tile_kernel<KVT>(hd),
+                      dim3((unsigned)((n + TQ - 1) / TQ), (unsigned)heads, (unsigned)p.nsplit), dim3(TILE_THREADS),
+                      tile_smem(hd, p.bk), q, kc, vc, kvd, n, pos0, heads, group, p.split_len, p.nsplit, scale,
+                      s->window, out, part);
+    launch(c, "attention", k_attn<KVT>, dim3((unsigned)((n + p.qt - 1) / p.qt), (unsigned)heads, (unsigned)p.nsplit),
+           dim3(ATT_THREADS), attn_smem(p.qt, p.tile, hd), q, kc, vc, kvd, n, pos0, heads, group, hd, p.qt, p.tile,
+           p.split_len, p.nsplit, scale, s->window, out, part);
+}
+
 static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
                          int n, int pos0, const kb_attn_shape *s) {
     cu_impl *c = impl_of(kb);
@@ -1700,59 +1731,22 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
     else
         launch(c, "kv_store", k_kv_store<0>, g, b, 0, k, v, cache->k, cache->v, off, cnt);
 
-    int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads;
+    int hd = s->head_dim, heads = s->n_heads;
     attn_plan p = attn_plan_make(c, n, pos0 + n, s);
     if (!p.tile) return report(c, "attention", "head size too large for shared memory");
     if (p.part_bytes > c->part.cap) { /* not reserved: no split */
         p.nsplit = 1;
         p.split_len = pos0 + n;
     }
-    int qt = p.qt, tile = p.tile, qtiles = (n + qt - 1) / qt, nsplit = p.nsplit, split_len = p.split_len;
     float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
     float *part = static_cast<float *>(c->part.p);
-    const void *kc = cache->k, *vc = cache->v;
-    if (p.dec) {
-        dim3 dg((unsigned)s->n_kv_heads, (unsigned)nsplit);
-        if (f16)
-            dec_launch_hd<1>(c, hd, p.dec, dg, q, kc, vc, cache->kv_dim, n, pos0, heads, group, split_len, nsplit,
-                             scale, s->window, out, part);
-        else
-            dec_launch_hd<0>(c, hd, p.dec, dg, q, kc, vc, cache->kv_dim, n, pos0, heads, group, split_len, nsplit,
-                             scale, s->window, out, part);
-    } else if (p.bk) {
-        dim3 tg((unsigned)((n + TQ - 1) / TQ), (unsigned)heads, (unsigned)nsplit), tb(TILE_THREADS);
-        size_t smem = tile_smem(hd, p.bk);
-        if (hd == 64 && f16)
-            launch(c, "attention", k_attn_tile<1, 64, 64>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
-                   group, split_len, nsplit, scale, s->window, out, part);
-        else if (hd == 64)
-            launch(c, "attention", k_attn_tile<0, 64, 64>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
-                   group, split_len, nsplit, scale, s->window, out, part);
-        else if (hd == 128 && f16)
-            launch(c, "attention", k_attn_tile<1, 128, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
-                   group, split_len, nsplit, scale, s->window, out, part);
-        else if (hd == 128)
-            launch(c, "attention", k_attn_tile<0, 128, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
-                   group, split_len, nsplit, scale, s->window, out, part);
-        else if (f16)
-            launch(c, "attention", k_attn_tile<1, 256, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
-                   group, split_len, nsplit, scale, s->window, out, part);
-        else
-            launch(c, "attention", k_attn_tile<0, 256, 32>, tg, tb, smem, q, kc, vc, cache->kv_dim, n, pos0, heads,
-                   group, split_len, nsplit, scale, s->window, out, part);
-    } else {
-        dim3 ag((unsigned)qtiles, (unsigned)heads, (unsigned)nsplit), ab(ATT_THREADS);
-        size_t smem = attn_smem(qt, tile, hd);
-        if (f16)
-            launch(c, "attention", k_attn<1>, ag, ab, smem, q, kc, vc, cache->kv_dim, n, pos0, heads, group, hd, qt,
-                   tile, split_len, nsplit, scale, s->window, out, part);
-        else
-            launch(c, "attention", k_attn<0>, ag, ab, smem, q, kc, vc, cache->kv_dim, n, pos0, heads, group, hd, qt,
-                   tile, split_len, nsplit, scale, s->window, out, part);
-    }
-    if (nsplit > 1)
+    if (f16)
+        attn_launch<1>(c, p, q, cache, n, pos0, s, scale, out, part);
+    else
+        attn_launch<0>(c, p, q, cache, n, pos0, s, scale, out, part);
+    if (p.nsplit > 1)
         launch(c, "attention_combine", k_attn_combine, dim3((unsigned)heads, (unsigned)n),
-               dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, nsplit, heads, hd, out);
+               dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, p.nsplit, heads, hd, out);
 }
 
 static void cu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) {
@@ -1874,18 +1868,12 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH); /* FP32 SGEMM stays FP32 (no TF32) */
     cudaFuncSetAttribute((const void *)k_attn<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin);
     cudaFuncSetAttribute((const void *)k_attn<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem_optin);
-    cudaFuncSetAttribute((const void *)k_attn_tile<0, 64, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)c->smem_optin);
-    cudaFuncSetAttribute((const void *)k_attn_tile<1, 64, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)c->smem_optin);
-    cudaFuncSetAttribute((const void *)k_attn_tile<0, 128, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)c->smem_optin);
-    cudaFuncSetAttribute((const void *)k_attn_tile<1, 128, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)c->smem_optin);
-    cudaFuncSetAttribute((const void *)k_attn_tile<0, 256, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)c->smem_optin);
-    cudaFuncSetAttribute((const void *)k_attn_tile<1, 256, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)c->smem_optin);
+    for (int hd = 64; hd <= 256; hd *= 2) {
+        cudaFuncSetAttribute((const void *)tile_kernel<0>(hd), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)c->smem_optin);
+        cudaFuncSetAttribute((const void *)tile_kernel<1>(hd), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)c->smem_optin);
+    }
     cudaGetLastError();
 #else
     (void)err;

@@ -490,11 +490,7 @@ static int time_rows(engine *e, int pos, const int *sizes, int n_sizes, int reps
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < n_sizes; i++) {
             double t = now_ms();
-            for (int j = 0; j < reps; j++) {
-                model_embed(m, e->kb, &st, tokens, sizes[i]);
-                model_forward_layers(m, e->kb, &st, sizes[i], pos, 0, m->n_layers);
-                model_logits(m, e->kb, &st, 0, sizes[i], logits);
-            }
+            for (int j = 0; j < reps; j++) model_decode(m, e->kb, &st, tokens, sizes[i], pos, NULL, 0, sizes[i], logits);
             double ms = (now_ms() - t) / reps;
             if (best[i] < 0 || ms < best[i]) best[i] = ms;
         }
@@ -863,9 +859,7 @@ static int pick_plain(gen *g, int32_t tok, int32_t *out, int *n_out) {
     batch[0] = tok;
     g->res->n_forced += n_forced;
     arm_kernel_fault(g->e, g->res->n_generated);
-    model_embed(m, kb, g->st, batch, 1 + n_forced);
-    model_forward_layers(m, kb, g->st, 1 + n_forced, g->pos, 0, m->n_layers);
-    model_logits(m, kb, g->st, n_forced, 1, g->logits);
+    model_decode(m, kb, g->st, batch, 1 + n_forced, g->pos, NULL, n_forced, 1, g->logits);
     if (kb_error(kb)) return -1;
     g->pos += 1 + n_forced;
     int rc = gate(g, batch + 1);
@@ -884,9 +878,7 @@ static int draft_layers(gen *g, int32_t tok, int32_t *draft, int k) {
     kb_backend *kb = g->e->kb;
     int greedy = g->gp->temperature <= 0, n = 0;
     for (int32_t cur = tok; n < k;) {
-        model_embed(m, kb, g->st, &cur, 1);
-        model_forward_draft(m, kb, g->st, 1, g->pos + n, g->spec->mask);
-        model_logits(m, kb, g->st, 0, 1, g->logits);
+        model_decode(m, kb, g->st, &cur, 1, g->pos + n, g->spec->mask, 0, 1, g->logits);
         if (kb_error(kb)) return -1;
         if (greedy) {
             cur = sampler_argmax(g->logits, m->n_vocab);
@@ -918,9 +910,7 @@ static int verify(gen *g, int32_t tok, const int32_t *draft, int k, const float 
     rows[0] = tok;
     memcpy(rows + 1, draft, (size_t)(n_rows - 1) * sizeof *rows);
     arm_kernel_fault(g->e, g->res->n_generated);
-    model_embed(m, kb, g->st, rows, n_rows);
-    model_forward_layers(m, kb, g->st, n_rows, g->pos, 0, m->n_layers);
-    model_logits(m, kb, g->st, 0, n_rows, g->vlogits);
+    model_decode(m, kb, g->st, rows, n_rows, g->pos, NULL, 0, n_rows, g->vlogits);
     if (kb_error(kb)) return -1;
     for (; a < k; a++) {
         const float *lg = g->vlogits + (size_t)a * V;

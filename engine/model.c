@@ -713,18 +713,36 @@ void model_forward_layers(const model *m, kb_backend *kb, model_state *s, int n,
     forward_masked(m, kb, s, n, pos0, l0, l1, NULL);
 }
 
-void model_forward_draft(const model *m, kb_backend *kb, model_state *s, int n, int pos0, const uint8_t *draft) {
-    forward_masked(m, kb, s, n, pos0, 0, m->n_layers, draft);
+/* Final norm and output head for C rows from r0 into s->logits. */
+static void logits_rows(const model *m, kb_backend *kb, model_state *s, int r0, int c) {
+    kb->rmsnorm(kb, s->xb, s->x + (size_t)r0 * m->dim, &m->output_norm, c, m->dim, m->eps);
+    kb->matmul(kb, s->logits, &m->output, s->xb, c);
+}
+
+/* C rows of s->logits to HOST_OUT, soft-capped when the family caps them. */
+static void logits_copy(const model *m, kb_backend *kb, model_state *s, int c, float *host_out) {
+    kb->to_host(kb, host_out, s->logits, (size_t)c * m->n_vocab * sizeof(float));
+    if (m->logit_softcap > 0)
+        for (size_t i = 0; i < (size_t)c * m->n_vocab; i++)
+            host_out[i] = m->logit_softcap * tanhf(host_out[i] / m->logit_softcap);
 }
 
 void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n, float *host_out) {
     for (int r = 0; r < n; r += s->logit_rows) {
         int c = n - r < s->logit_rows ? n - r : s->logit_rows;
-        kb->rmsnorm(kb, s->xb, s->x + (size_t)(r0 + r) * m->dim, &m->output_norm, c, m->dim, m->eps);
-        kb->matmul(kb, s->logits, &m->output, s->xb, c);
-        kb->to_host(kb, host_out + (size_t)r * m->n_vocab, s->logits, (size_t)c * m->n_vocab * sizeof(float));
+        logits_rows(m, kb, s, r0 + r, c);
+        logits_copy(m, kb, s, c, host_out + (size_t)r * m->n_vocab);
     }
-    if (m->logit_softcap > 0)
-        for (size_t i = 0; i < (size_t)n * m->n_vocab; i++)
-            host_out[i] = m->logit_softcap * tanhf(host_out[i] / m->logit_softcap);
+}
+
+void model_decode(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
+                  const uint8_t *draft, int r0, int nl, float *host_out) {
+    int step = n <= KB_STEP_ROWS && nl <= s->logit_rows;
+    if (step) kb_step_begin(kb, pos0);
+    model_embed(m, kb, s, tokens, n);
+    forward_masked(m, kb, s, n, pos0, 0, m->n_layers, draft);
+    if (!step) return model_logits(m, kb, s, r0, nl, host_out);
+    logits_rows(m, kb, s, r0, nl);
+    kb_step_end(kb);
+    logits_copy(m, kb, s, nl, host_out);
 }

@@ -101,13 +101,18 @@ void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *
 /* Runs layers [l0, l1) (those the mask computes) over rows 0..n-1, which
  * are positions pos0..pos0+n-1. */
 void model_forward_layers(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1);
-/* The same over every layer, but only those that both the state's mask and
- * DRAFT (n_layers bytes) compute: the draft model of lossless decoding. It
- * writes the KV cache of those layers only; the verification that follows
- * rewrites every layer's KV at those positions. */
-void model_forward_draft(const model *m, kb_backend *kb, model_state *s, int n, int pos0, const uint8_t *draft);
 /* Final norm and output head for rows [r0, r0+n) of the residual stream;
  * writes n * n_vocab logits into HOST_OUT (host memory). */
 void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n, float *host_out);
+/* A decode step: TOKENS (n of them) at positions pos0.. through every
+ * layer the mask computes (and, when DRAFT (n_layers bytes) is not NULL,
+ * only those it computes too: the draft model of lossless decoding, which
+ * writes the KV of those layers only; the verification that follows
+ * rewrites every layer's KV at those positions), then the logits of
+ * rows [r0, r0+nl) into HOST_OUT, as model_embed, model_forward_layers (or
+ * _draft) and model_logits would; the backend gets it as one step
+ * (kb_step_begin: a recording it may replay) when n and nl fit one. */
+void model_decode(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
+                  const uint8_t *draft, int r0, int nl, float *host_out);
 
 #endif

@@ -50,6 +50,8 @@ typedef enum { KB_KV_F32, KB_KV_F16 } kb_kv_type;
 #define KB_EXACT_ROWS 8
 /* The most weights one matmul_many call takes. */
 #define KB_MATMUL_MANY 3
+/* The most rows (and tokens) one decode step takes (step_begin). */
+#define KB_STEP_ROWS 64
 
 /* One layer's KV cache: n_ctx positions of kv_dim values each for K and V. */
 typedef struct {
@@ -156,6 +158,20 @@ struct kb_backend {
      * the caller makes the two calls (kb_add_rmsnorm). */
     void (*add_rmsnorm)(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim,
                         float eps);
+    /* A decode step as one unit the backend may record and replay (CUDA
+     * graphs). Between step_begin(kb, POS0) and step_end(kb) come at most
+     * KB_STEP_ROWS rows' operations: embed (at most KB_STEP_ROWS tokens in
+     * all), the layers, the logits' matmul; no copies (to_host,
+     * to_backend, kv_*), reserve, alloc, free or sync; every position they
+     * pass (rope, rope_qk, attention) is POS0 or after. The backend may
+     * defer the operations to step_end and there replay the recording of an
+     * earlier step that made the same calls with the same arguments, the
+     * positions apart (it reads them as offsets from POS0, which it keeps in
+     * its own memory). step_end runs or launches the step; failures are
+     * recorded as anywhere else. NULL: every operation runs as it comes
+     * (kb_step_begin/kb_step_end do nothing). */
+    void (*step_begin)(kb_backend *kb, int pos0);
+    void (*step_end)(kb_backend *kb);
     /* Waits for queued work (no-op on the CPU). */
     void (*sync)(kb_backend *kb);
     /* Number of kernels launched so far (tests count them). */
@@ -181,6 +197,10 @@ void kb_rope_qk(kb_backend *kb, float *q, float *k, int n, int n_heads, int n_kv
 void kb_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n);
 /* kb->add_rmsnorm, or add then rmsnorm when the backend has none. */
 void kb_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim, float eps);
+
+/* kb->step_begin and kb->step_end, when the backend has them. */
+void kb_step_begin(kb_backend *kb, int pos0);
+void kb_step_end(kb_backend *kb);
 
 /* Installs FN as the receiver of the backends' warnings (EVENT: a short
  * name, MSG: one line); NULL (the default) drops them. */

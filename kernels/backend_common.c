@@ -42,6 +42,14 @@ void kb_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const 
     }
 }
 
+void kb_step_begin(kb_backend *kb, int pos0) {
+    if (kb->step_begin) kb->step_begin(kb, pos0);
+}
+
+void kb_step_end(kb_backend *kb) {
+    if (kb->step_end) kb->step_end(kb);
+}
+
 static void (*logger)(const char *event, const char *msg);
 
 void kb_set_logger(void (*fn)(const char *event, const char *msg)) { logger = fn; }

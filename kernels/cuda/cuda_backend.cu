@@ -39,6 +39,13 @@
  *   (flash-decoding) and a second kernel merges the partial softmaxes.
  * RMSNorm, RoPE (cos/sin in double, as on the CPU), SwiGLU and the additions
  * round like the CPU code (no fused multiply-add where the CPU has none).
+ * Decode steps (kb->step_begin .. step_end: embed, the layers, the logits'
+ * matmul of up to 64 rows) are recorded, not launched, and at their end run
+ * as they come the first time their calls are seen, captured into a CUDA
+ * graph the second time and replayed from then on: one graph launch a
+ * token instead of some 450 kernel launches (8B shape). The kernels read
+ * a step's position from device memory, so one graph serves every
+ * position (see "Decode steps" below).
  *
  * Errors: alloc and reserve return NULL/-1 on cudaMalloc failure (a clean
  * per-request error for the engine); a failed launch, copy or
@@ -53,6 +60,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <functional>
+#include <new>
+#include <vector>
 
 #include "kernels/cuda/cuda_compat.cuh"
 #include "kernels/cuda/cuda_quant.cuh"
@@ -71,10 +82,12 @@ extern "C" {
 #ifdef ILPD_CUDA_EMU
 #define KB_CREATE kb_cuda_emu_create
 #define KB_SELFTEST kb_cuda_emu_selftest
+#define KB_GRAPH_STATS kb_cuda_emu_graph_stats
 #define KB_NAME "cuda-emu"
 #else
 #define KB_CREATE kb_cuda_create
 #define KB_SELFTEST kb_cuda_selftest
+#define KB_GRAPH_STATS kb_cuda_graph_stats
 #define KB_NAME "cuda"
 #endif
 
@@ -132,6 +145,7 @@ struct mv_set {
     float *out[3];
     int rows[3], count;
 };
+static_assert(sizeof(mv_set) == 6 * sizeof(void *) + 4 * sizeof(int), "no padding: decode steps compare its bytes");
 
 /* Element I (< 3) of a parameter array, by selects: a dynamic index would
  * copy the kernel's parameters to local memory. */
@@ -384,14 +398,20 @@ KGLOBAL void k_rmsnorm(float *x, const float *y, const float *__restrict__ g, in
     for (int k = threadIdx.x; k < dim; k += blockDim.x) oi[k] = fmul_rn(fmul_rn(xi[k], sc), g[k]);
 }
 
-/* One block per row (position pos0 + row): rotates the first NROT
+/* A kernel's first position: POS0 as it is or, in a replayed decode step
+ * (DPOS not NULL: the step's position lives in device memory, written
+ * before each replay), *DPOS + POS0. */
+KDEV int pos_at(int pos0, const int *dpos) { return dpos ? *dpos + pos0 : pos0; }
+
+/* One block per row (position pos0 + row, pos_at): rotates the first NROT
  * dimensions of every head of HD (the rest pass through), the N_HEADS of X
  * and then the N_HEADS2 of X2 (the keys with the queries: 0 for none). */
 KGLOBAL void k_rope(float *__restrict__ x, int n_heads, float *__restrict__ x2, int n_heads2, int hd, int nrot,
-                    int neox, const float *__restrict__ inv_freq, int pos0, float mscale) {
+                    int neox, const float *__restrict__ inv_freq, int pos0, const int *dpos, float mscale) {
     SMEM float cs[512];
     SMEM float sn[512];
     int half = nrot / 2;
+    pos0 = pos_at(pos0, dpos);
     for (int k = threadIdx.x; k < half; k += blockDim.x) {
         double th = (double)(pos0 + (int)blockIdx.x) * (double)inv_freq[k];
         cs[k] = fmul_rn((float)cos(th), mscale);
@@ -410,9 +430,9 @@ KGLOBAL void k_rope(float *__restrict__ x, int n_heads, float *__restrict__ x2, 
 }
 
 template <int KVT>
-KGLOBAL void k_kv_store(const float *__restrict__ k, const float *__restrict__ v, void *kc, void *vc, size_t off,
-                        size_t count) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
+KGLOBAL void k_kv_store(const float *__restrict__ k, const float *__restrict__ v, void *kc, void *vc, int pos0,
+                        const int *dpos, int kv_dim, size_t count) {
+    size_t stride = (size_t)gridDim.x * blockDim.x, off = (size_t)pos_at(pos0, dpos) * kv_dim;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
         if (KVT == 0) {
             static_cast<float *>(kc)[off + i] = k[i];
@@ -440,9 +460,10 @@ template <int KVT> KDEV float kv_at(const void *p, size_t i) {
  * O[qt][hd] M[qt] L[qt] A[qt]. */
 template <int KVT>
 KGLOBAL void k_attn(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc, int kv_dim,
-                    int n, int pos0, int n_heads, int group, int hd, int qt, int tile, int split_len, int nsplit,
-                    float scale, int window, float *__restrict__ out, float *__restrict__ part) {
+                    int n, int pos0, const int *dpos, int n_heads, int group, int hd, int qt, int tile, int split_len,
+                    int nsplit, float scale, int window, float *__restrict__ out, float *__restrict__ part) {
     DYN_SMEM(float, sm);
+    pos0 = pos_at(pos0, dpos);
     int h = blockIdx.y, s = blockIdx.z, i0 = blockIdx.x * qt;
     int tid = threadIdx.x, nthr = blockDim.x, warp = tid >> 5, lane = tid & 31, nwarps = nthr >> 5;
     int nq = n - i0 < qt ? n - i0 : qt;
@@ -569,9 +590,10 @@ KUNROLL
  * memory. Outputs as k_attn's: OUT with one split, PART otherwise. */
 template <int KVT, int DPL, int R>
 KGLOBAL void k_attn_dec(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
-                        int kv_dim, int n, int pos0, int n_heads, int group, int split_len, int nsplit, float scale,
-                        int window, float *__restrict__ out, float *__restrict__ part) {
+                        int kv_dim, int n, int pos0, const int *dpos, int n_heads, int group, int split_len, int nsplit,
+                        float scale, int window, float *__restrict__ out, float *__restrict__ part) {
     enum { HD = 32 * DPL };
+    pos0 = pos_at(pos0, dpos);
     SMEM float sm_o[DEC_WARPS][R * HD];
     SMEM float sm_m[DEC_WARPS][R];
     SMEM float sm_l[DEC_WARPS][R];
@@ -688,9 +710,10 @@ KDEV void sm_ld4(const float *p, float *f) {
  * Kt[HD][BK] V[BK][HD] Pt[BK][TQ_LD]. Results as k_attn's. */
 template <int KVT, int HD, int BK>
 KGLOBAL void k_attn_tile(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
-                         int kv_dim, int n, int pos0, int n_heads, int group, int split_len, int nsplit, float scale,
-                         int window, float *__restrict__ out, float *__restrict__ part) {
+                         int kv_dim, int n, int pos0, const int *dpos, int n_heads, int group, int split_len,
+                         int nsplit, float scale, int window, float *__restrict__ out, float *__restrict__ part) {
     enum { CT = BK / 16, DT = HD / 16 };
+    pos0 = pos_at(pos0, dpos);
     DYN_SMEM(float, sm);
     float *Qt = sm, *Kt = Qt + HD * TQ, *V = Kt + HD * BK, *Pt = V + BK * HD;
     int h = blockIdx.y, s = blockIdx.z, i0 = blockIdx.x * TQ;
@@ -876,6 +899,39 @@ struct cu_buf {
     size_t cap;
 };
 
+enum { STEP_GRAPHS = 16 };
+
+/* A decode step seen before: the bytes of its calls (kernels, shapes,
+ * arguments, positions as offsets from the step's) and, from its second
+ * time on, its graph. */
+struct cu_graph {
+    std::vector<unsigned char> key;
+    unsigned long long last = 0; /* the step it was last used in (the least recent goes first) */
+    bool ready = false;          /* the graph exists */
+#ifdef ILPD_CUDA_EMU
+    std::vector<std::function<void()>> ops; /* the emulation's graph: the launches themselves */
+#else
+    cudaGraphExec_t exec = nullptr;
+#endif
+};
+
+/* The decode step being recorded (kb->step_begin .. step_end) and the
+ * graphs of earlier ones. */
+struct cu_steps {
+    bool on = false;
+    int pos0 = 0, ntok = 0;
+    unsigned slots = 0;                     /* the RoPE frequency slots this step reads */
+    std::vector<unsigned char> key;         /* its calls so far */
+    std::vector<std::function<void()>> ops; /* its launches, deferred */
+    cu_graph graphs[STEP_GRAPHS];
+    unsigned long long count = 0, captured = 0, replayed = 0;
+    int32_t *host = nullptr; /* [1 + KB_STEP_ROWS]: the step's position, then its tokens (pinned) */
+    int32_t *dev = nullptr;  /* the device copy its kernels read */
+#ifndef ILPD_CUDA_EMU
+    cudaEvent_t copied = nullptr; /* the last copy of host to dev is done */
+#endif
+};
+
 struct cu_impl {
     kb_backend *kb;             /* the backend this is the implementation of (its error state) */
     int dev;
@@ -894,6 +950,9 @@ struct cu_impl {
      * sets and SwiGLU with its quantisation in one launch
      * (ILPD_CUDA_SETS=0: one launch a weight and an operation) */
     int attn_new, mv_warps, sets;
+    int graphs;                 /* decode steps recorded and replayed as CUDA graphs (ILPD_CUDA_GRAPHS=0: not) */
+    int capturing;              /* a stream capture is under way: no synchronisation */
+    cu_steps *st;               /* NULL when graphs are off */
     size_t mem_used, mem_limit; /* emulation: "device" bytes in use and the budget (0: none) */
     char label[300];            /* kb->name: "cuda:0 (NVIDIA H200)" */
     cu_buf act, x16, w16, part, ids;
@@ -960,13 +1019,13 @@ static int rt_copy(cu_impl *c, void *dst, const void *src, size_t bytes, int kin
 
 static void rt_after(cu_impl *c, const char *what) {
     cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess && c->debug) e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess && c->debug && !c->capturing) e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) report(c, what, cudaGetErrorString(e));
 }
 
+/* K<<<G, B, SMEM>>>(A...) on the stream, now. */
 template <typename... P, typename... A>
-static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
-    if (kb_fault_due(c->kb, __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED), what)) return;
+static void rt_launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
     k<<<g, b, smem, c->stream>>>(a...);
     rt_after(c, what);
 }
@@ -1009,6 +1068,66 @@ static int blas_hgemm(cu_impl *c, int m, int n, int k, const uint16_t *a, int ld
     return 0;
 }
 
+/* The step buffers: the position and tokens in pinned host memory, their
+ * device copy, the event of the last copy. 0 or -1. */
+static int step_alloc(cu_impl *c, cu_steps *st) {
+    size_t bytes = (1 + KB_STEP_ROWS) * sizeof(int32_t);
+    if (cudaMallocHost(&st->host, bytes) != cudaSuccess) st->host = nullptr;
+    st->dev = static_cast<int32_t *>(rt_malloc(c, bytes));
+    if (cudaEventCreateWithFlags(&st->copied, cudaEventDisableTiming) != cudaSuccess) st->copied = nullptr;
+    cudaGetLastError();
+    return st->host && st->dev && st->copied ? 0 : -1;
+}
+
+static void step_release(cu_impl *c, cu_steps *st) {
+    if (st->host) cudaFreeHost(st->host);
+    rt_free(c, st->dev);
+    if (st->copied) cudaEventDestroy(st->copied);
+}
+
+/* Waits until the last copy of st->host is done (it may be rewritten). */
+static void step_wait(cu_impl *c) { cudaEventSynchronize(c->st->copied); }
+
+/* Queues the copy of the step's position and N tokens to the device. 0 or -1. */
+static int step_upload(cu_impl *c, int n) {
+    if (rt_copy(c, c->st->dev, c->st->host, (size_t)(1 + n) * sizeof(int32_t), H2D)) return -1;
+    cudaEventRecord(c->st->copied, c->stream);
+    return 0;
+}
+
+/* Captures the recorded launches into G's graph. 0, or -1 when the graph
+ * API fails (kb_warn says why; nothing ran). */
+static int graph_capture(cu_impl *c, cu_graph *g) {
+    cudaGraph_t graph = nullptr;
+    int had_error = kb_error(c->kb) != NULL;
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        c->capturing = 1;
+        for (auto &op : c->st->ops) op();
+        c->capturing = 0;
+        e = cudaStreamEndCapture(c->stream, &graph);
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    if (!had_error) kb_error_clear(c->kb); /* a launch the capture refused: it runs again as it comes */
+    g->exec = nullptr;
+    kb_warn("cuda", "CUDA graphs: %s; decode steps launch kernel by kernel", cudaGetErrorString(e));
+    return -1;
+}
+
+static void graph_launch(cu_impl *c, cu_graph *g) {
+    cudaError_t e = cudaGraphLaunch(g->exec, c->stream);
+    if (e != cudaSuccess) report(c, "graph launch", cudaGetErrorString(e));
+}
+
+static void graph_drop(cu_graph *g) {
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    g->exec = nullptr;
+    g->ready = false;
+}
+
 #else /* ---- emulation ---- */
 
 /* "Device memory" is host memory with a budget per backend
@@ -1047,8 +1166,7 @@ static int rt_copy(cu_impl *c, void *dst, const void *src, size_t bytes, int kin
 }
 
 template <typename... P, typename... A>
-static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
-    (void)what;
+static void rt_launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
     if (g.x == 0 || g.y == 0 || g.z == 0) {
         fprintf(stderr, "cuda-emu: %s: empty grid\n", what);
         abort();
@@ -1057,7 +1175,6 @@ static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b
         fprintf(stderr, "cuda-emu: %s: %zu bytes of shared memory, over the %zu allowed\n", what, smem, c->smem_optin);
         abort();
     }
-    if (kb_fault_due(c->kb, c->launches++, what)) return;
     emu_launch(k, g, b, smem, a...);
 }
 
@@ -1085,7 +1202,182 @@ static int blas_hgemm(cu_impl *c, int m, int n, int k, const uint16_t *a, int ld
     return 0;
 }
 
+/* The emulation's step buffers: host memory both. */
+static int step_alloc(cu_impl *c, cu_steps *st) {
+    size_t bytes = (1 + KB_STEP_ROWS) * sizeof(int32_t);
+    st->host = static_cast<int32_t *>(malloc(bytes));
+    st->dev = static_cast<int32_t *>(rt_malloc(c, bytes));
+    return st->host && st->dev ? 0 : -1;
+}
+
+static void step_release(cu_impl *c, cu_steps *st) {
+    free(st->host);
+    rt_free(c, st->dev);
+}
+
+static void step_wait(cu_impl *c) { (void)c; }
+
+static int step_upload(cu_impl *c, int n) {
+    return rt_copy(c, c->st->dev, c->st->host, (size_t)(1 + n) * sizeof(int32_t), H2D);
+}
+
+/* The emulation's graph is a copy of the recorded launches. 0 or -1. */
+static int graph_capture(cu_impl *c, cu_graph *g) {
+    try {
+        g->ops = c->st->ops;
+    } catch (const std::bad_alloc &) {
+        return -1;
+    }
+    return 0;
+}
+
+static void graph_launch(cu_impl *c, cu_graph *g) {
+    (void)c;
+    for (auto &op : g->ops) op();
+}
+
+static void graph_drop(cu_graph *g) {
+    std::vector<std::function<void()>>().swap(g->ops);
+    g->ready = false;
+}
+
 #endif
+
+/* ======================================================================
+ * Decode steps: recorded, then replayed as CUDA graphs
+ *
+ * Between step_begin and step_end, launch() records each kernel (its
+ * bytes: kernel, shape, arguments) and defers it. At step_end the step
+ * runs: as it comes the first time its bytes are seen, captured into a
+ * graph the second time, replayed from then on. Positions are the only
+ * arguments that change from step to step; in a step the kernels get them
+ * as offsets from the step's position, which lives in device memory
+ * (st->dev[0], pos_at) and is copied there before each run with the
+ * step's tokens (embed reads st->dev + 1). Attention sizes its split of
+ * the positions for a power of two of them (step_npos), so that a graph
+ * serves every position up to it.
+ * ====================================================================== */
+
+static bool step_on(const cu_impl *c) { return c->st && c->st->on; }
+
+template <typename T> static void key_put(std::vector<unsigned char> &key, const T &v) {
+    const unsigned char *p = reinterpret_cast<const unsigned char *>(&v);
+    key.insert(key.end(), p, p + sizeof v);
+}
+
+template <typename... P, typename... A>
+static void step_record(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
+    std::vector<unsigned char> &key = c->st->key;
+    try {
+        key_put(key, k);
+        key_put(key, g);
+        key_put(key, b);
+        key_put(key, smem);
+        (key_put(key, a), ...);
+        c->st->ops.push_back([=]() { rt_launch(c, what, k, g, b, smem, a...); });
+    } catch (const std::bad_alloc &) {
+        report(c, what, "out of host memory recording the decode step");
+    }
+}
+
+/* K<<<G, B, SMEM>>>(A...): now, or in a step at its end. A fault a test
+ * armed for this launch stops it. */
+template <typename... P, typename... A>
+static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
+    if (kb_fault_due(c->kb, __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED), what)) return;
+    if (step_on(c)) return step_record(c, what, k, g, b, smem, a...);
+    rt_launch(c, what, k, g, b, smem, a...);
+}
+
+/* A kernel's position argument: *POS as it is (NULL returned) or, in a
+ * step, *POS made an offset from the step's position, and where that
+ * position lives. -1 (recorded as a failure of WHAT) for a position before
+ * the step's. */
+static int step_pos(cu_impl *c, const char *what, int *pos, const int **dpos) {
+    *dpos = NULL;
+    if (!step_on(c)) return 0;
+    if (*pos < c->st->pos0) {
+        report(c, what, "a position before the decode step's");
+        return -1;
+    }
+    *pos -= c->st->pos0;
+    *dpos = c->st->dev;
+    return 0;
+}
+
+/* The positions attention plans its split for: NPOS, or in a step the
+ * power of two at or above it (at least 256, at most N_CTX). */
+static int step_npos(const cu_impl *c, int npos, int n_ctx) {
+    if (!step_on(c)) return npos;
+    int p = 256;
+    while (p < npos) p *= 2;
+    return p < n_ctx ? p : n_ctx > npos ? n_ctx : npos;
+}
+
+static void cu_step_begin(kb_backend *kb, int pos0) {
+    cu_impl *c = impl_of(kb);
+    cu_steps *st = c->st;
+    if (!c->graphs || !st) return;
+    if (st->on) return report(c, "step", "a decode step begun inside another");
+    step_wait(c);
+    st->on = true;
+    st->pos0 = pos0;
+    st->ntok = 0;
+    st->slots = 0;
+    st->key.clear();
+    st->ops.clear();
+}
+
+/* The graph of the step whose calls were these bytes, or NULL. */
+static cu_graph *step_find(cu_steps *st) {
+    for (int i = 0; i < STEP_GRAPHS; i++) {
+        cu_graph *g = &st->graphs[i];
+        if (g->key.size() == st->key.size() && !g->key.empty() && !memcmp(g->key.data(), st->key.data(), st->key.size()))
+            return g;
+    }
+    return NULL;
+}
+
+/* Remembers the step's bytes in the least recently used slot (its graph
+ * dropped); nothing when out of host memory. */
+static void step_remember(cu_steps *st) {
+    cu_graph *g = &st->graphs[0];
+    for (int i = 1; i < STEP_GRAPHS; i++)
+        if (st->graphs[i].last < g->last) g = &st->graphs[i];
+    graph_drop(g);
+    g->last = st->count;
+    try {
+        g->key = st->key;
+    } catch (const std::bad_alloc &) {
+        g->key.clear();
+    }
+}
+
+static void cu_step_end(kb_backend *kb) {
+    cu_impl *c = impl_of(kb);
+    cu_steps *st = c->st;
+    if (!step_on(c)) return;
+    st->on = false;
+    st->count++;
+    if (kb_error(kb)) return; /* an operation failed: the step does not run */
+    st->host[0] = st->pos0;
+    if (step_upload(c, st->ntok)) return;
+    cu_graph *g = step_find(st);
+    if (g && g->ready) {
+        st->replayed++;
+    } else if (g && graph_capture(c, g) == 0) {
+        g->ready = true;
+        st->captured++;
+    } else if (g) {
+        c->graphs = 0; /* the graph API failed: from now on every launch as it comes */
+    }
+    if (g && g->ready) {
+        g->last = st->count;
+        return graph_launch(c, g);
+    }
+    if (!g) step_remember(st);
+    for (auto &op : st->ops) op();
+}
 
 /* Grows BUF to at least BYTES (by half again at least, so that a slowly
  * growing need reallocates rarely: cudaMalloc synchronises); the old
@@ -1139,6 +1431,7 @@ static void cu_free(kb_backend *kb, void *p) { rt_free(impl_of(kb), p); }
 static void cu_to_host(kb_backend *kb, void *dst, const void *src, size_t bytes) {
     cu_impl *c = impl_of(kb);
     if (!bytes) return;
+    if (step_on(c)) return report(c, "to_host", "a copy inside a decode step");
     if (rt_copy(c, dst, src, bytes, D2H) == 0) rt_sync(c);
 }
 
@@ -1154,6 +1447,7 @@ static void cu_kv_load(kb_backend *kb, kb_kv *c, int n, const void *k, const voi
 static void cu_to_backend(kb_backend *kb, void *dst, const void *src, size_t bytes) {
     cu_impl *c = impl_of(kb);
     if (!bytes) return;
+    if (step_on(c)) return report(c, "to_backend", "a copy inside a decode step");
     if (rt_copy(c, dst, src, bytes, H2D) == 0) rt_sync(c);
 }
 
@@ -1382,6 +1676,15 @@ static void cu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int
     if (!emb->dev) return report(c, "embed", "the embedding is not uploaded");
     ggml_type dt = dev_type(emb);
     size_t rb = ggml_row_bytes(dt, (uint64_t)emb->cols);
+    if (step_on(c)) { /* the tokens go to the device with the step's position */
+        cu_steps *st = c->st;
+        if (st->ntok + n > KB_STEP_ROWS) return report(c, "embed", "more tokens than a decode step takes");
+        memcpy(st->host + 1 + st->ntok, tokens, (size_t)n * sizeof *tokens);
+        st->ntok += n;
+        return launch(c, "embed", k_embed, dim3((unsigned)n), dim3(EW_THREADS), 0, (int)dt,
+                      static_cast<const uint8_t *>(emb->dev), rb, emb->rows, emb->cols,
+                      static_cast<const int32_t *>(st->dev + 1 + st->ntok - n), out);
+    }
     int cap = (int)(c->ids.cap / 4);
     if (cap < 1) return report(c, "embed", "no scratch reserved for the token ids");
     for (int i0 = 0; i0 < n; i0 += cap) {
@@ -1460,6 +1763,11 @@ static void mv_float_launch(cu_impl *c, const mv_set &set, int cols, const float
 static int is_quant(ggml_type t) {
     return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
 }
+
+/* Whether a matmul of N rows goes through cuBLAS: from gemm_min_n rows on,
+ * but never in a decode step (the own kernels, whose launches a step
+ * records). */
+static int use_gemm(const cu_impl *c, int n) { return c->gemm_min_n > 0 && n >= c->gemm_min_n && !step_on(c); }
 
 /* The cuBLAS path; 0, or -1 when it cannot run (the caller falls back). */
 static int matmul_gemm(cu_impl *c, float *out, const kb_weight *w, const float *x, int n, size_t rb) {
@@ -1574,7 +1882,7 @@ static void matmul_own(cu_impl *c, float *const *outs, const kb_weight *w, int c
 static void matmul_one(cu_impl *c, float *out, const kb_weight *w, const float *x, int n) {
     size_t rb = ggml_row_bytes(w->type, (uint64_t)w->cols);
     if (c->ref) return matmul_ref(c, out, w, x, n, rb);
-    if (c->gemm_min_n > 0 && n >= c->gemm_min_n && matmul_gemm(c, out, w, x, n, rb) == 0) return;
+    if (use_gemm(c, n) && matmul_gemm(c, out, w, x, n, rb) == 0) return;
     matmul_own(c, &out, w, 1, x, NULL, n);
 }
 
@@ -1591,7 +1899,7 @@ static void cu_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *
         dw[i].type = dev_type(ws[i]);
         same = same && dw[i].type == dw[0].type && dw[i].cols == dw[0].cols;
     }
-    if (same && c->sets && !c->ref && !(c->gemm_min_n > 0 && n >= c->gemm_min_n))
+    if (same && c->sets && !c->ref && !use_gemm(c, n))
         return matmul_own(c, outs, dw, count, x, NULL, n);
     for (int i = 0; i < count; i++) matmul_one(c, outs[i], &dw[i], x, n);
 }
@@ -1610,7 +1918,7 @@ static void cu_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, flo
     if (n <= 0) return;
     kb_weight dw = *w;
     dw.type = dev_type(w);
-    if (w->dev && c->sets && !c->ref && !(c->gemm_min_n > 0 && n >= c->gemm_min_n) && is_quant(dw.type) &&
+    if (w->dev && c->sets && !c->ref && !use_gemm(c, n) && is_quant(dw.type) &&
         act_bytes((size_t)n, (size_t)dw.cols) <= c->act.cap)
         return matmul_own(c, &out, &dw, 1, gate, up, n);
     cu_swiglu(kb, gate, up, (size_t)n * w->cols);
@@ -1626,13 +1934,23 @@ static void cu_add_bias(kb_backend *kb, float *x, const kb_weight *b, int n) {
 }
 
 /* The device copy of the HALF inverse frequencies INV: a slot that holds
- * them, else the older slot after uploading them; NULL when that fails. */
+ * them, else the older slot after uploading them; NULL when that fails (or
+ * when a decode step, whose launches wait for its end, already reads both
+ * slots). */
 static const float *rope_freqs(cu_impl *c, const float *inv, int half) {
     size_t bytes = (size_t)half * sizeof(float);
+    unsigned *used = step_on(c) ? &c->st->slots : NULL;
     for (int k = 0; k < 2; k++)
-        if (c->inv_n[k] == half && !memcmp(c->inv_host + (size_t)k * c->inv_cap, inv, bytes))
+        if (c->inv_n[k] == half && !memcmp(c->inv_host + (size_t)k * c->inv_cap, inv, bytes)) {
+            if (used) *used |= 1u << k;
             return c->inv_dev + (size_t)k * c->inv_cap;
+        }
     int k = c->inv_next;
+    if (used && (*used >> k & 1)) {
+        report(c, "rope", "a third table of frequencies in one decode step");
+        return NULL;
+    }
+    if (used) *used |= 1u << k;
     c->inv_next ^= 1;
     float *host = c->inv_host + (size_t)k * c->inv_cap, *dev = c->inv_dev + (size_t)k * c->inv_cap;
     memcpy(host, inv, bytes);
@@ -1650,11 +1968,13 @@ static void rope_launch(cu_impl *c, float *x, int n_heads, float *x2, int n_head
     int nrot = s->n_rot ? s->n_rot : s->head_dim, half = nrot / 2, heads = n_heads + (x2 ? n_heads2 : 0);
     if (n <= 0) return;
     if (half > c->inv_cap) return report(c, "rope", "head size larger than the scratch reserved");
+    const int *dpos;
+    if (step_pos(c, "rope", &pos0, &dpos)) return;
     const float *freqs = rope_freqs(c, s->inv_freq, half);
     if (!freqs) return;
     int threads = heads * half >= 256 ? 256 : 32 * ((heads * half + 31) / 32);
     launch(c, "rope", k_rope, dim3((unsigned)n), dim3((unsigned)threads), 0, x, n_heads, x2, x2 ? n_heads2 : 0,
-           s->head_dim, nrot, s->neox, freqs, pos0, s->mscale != 0 ? s->mscale : 1.0f);
+           s->head_dim, nrot, s->neox, freqs, pos0, dpos, s->mscale != 0 ? s->mscale : 1.0f);
 }
 
 static void cu_rope(kb_backend *kb, float *x, int n, int n_heads, const kb_attn_shape *s, int pos0) {
@@ -1694,8 +2014,8 @@ static void dec_launch_hd(cu_impl *c, int hd, int rows, dim3 g, A... a) {
 }
 
 /* The tiled prompt kernel for head size HD (64, 128 or 256: tile_bk). */
-typedef void (*tile_kernel_fn)(const float *, const void *, const void *, int, int, int, int, int, int, int, float,
-                               int, float *, float *);
+typedef void (*tile_kernel_fn)(const float *, const void *, const void *, int, int, int, const int *, int, int, int,
+                               int, float, int, float *, float *);
 template <int KVT> static tile_kernel_fn tile_kernel(int hd) {
     return hd == 64 ? k_attn_tile<KVT, 64, 64> : hd == 128 ? k_attn_tile<KVT, 128, 32> : k_attn_tile<KVT, 256, 32>;
 }
@@ -1703,47 +2023,49 @@ template <int KVT> static tile_kernel_fn tile_kernel(int hd) {
 /* Attention by plan P over a KV cache of type KVT (the K/V rows stored). */
 template <int KVT>
 static void attn_launch(cu_impl *c, const attn_plan &p, const float *q, const kb_kv *cache, int n, int pos0,
-                        const kb_attn_shape *s, float scale, float *out, float *part) {
+                        const int *dpos, const kb_attn_shape *s, float scale, float *out, float *part) {
     int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads, kvd = cache->kv_dim;
     const void *kc = cache->k, *vc = cache->v;
     if (p.dec)
         return dec_launch_hd<KVT>(c, hd, p.dec, dim3((unsigned)s->n_kv_heads, (unsigned)p.nsplit), q, kc, vc, kvd, n,
-                                  pos0, heads, group, p.split_len, p.nsplit, scale, s->window, out, part);
+                                  pos0, dpos, heads, group, p.split_len, p.nsplit, scale, s->window, out, part);
     if (p.bk)
         return launch(c, "attention", tile_kernel<KVT>(hd),
                       dim3((unsigned)((n + TQ - 1) / TQ), (unsigned)heads, (unsigned)p.nsplit), dim3(TILE_THREADS),
-                      tile_smem(hd, p.bk), q, kc, vc, kvd, n, pos0, heads, group, p.split_len, p.nsplit, scale,
-                      s->window, out, part);
+                      tile_smem(hd, p.bk), q, kc, vc, kvd, n, pos0, dpos, heads, group, p.split_len, p.nsplit,
+                      scale, s->window, out, part);
     launch(c, "attention", k_attn<KVT>, dim3((unsigned)((n + p.qt - 1) / p.qt), (unsigned)heads, (unsigned)p.nsplit),
-           dim3(ATT_THREADS), attn_smem(p.qt, p.tile, hd), q, kc, vc, kvd, n, pos0, heads, group, hd, p.qt, p.tile,
-           p.split_len, p.nsplit, scale, s->window, out, part);
+           dim3(ATT_THREADS), attn_smem(p.qt, p.tile, hd), q, kc, vc, kvd, n, pos0, dpos, heads, group, hd, p.qt,
+           p.tile, p.split_len, p.nsplit, scale, s->window, out, part);
 }
 
 static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
                          int n, int pos0, const kb_attn_shape *s) {
     cu_impl *c = impl_of(kb);
     if (n <= 0) return;
-    int f16 = cache->type == KB_KV_F16;
-    size_t cnt = (size_t)n * cache->kv_dim, off = (size_t)pos0 * cache->kv_dim;
+    int f16 = cache->type == KB_KV_F16, npos = step_npos(c, pos0 + n, cache->n_ctx), rel = pos0;
+    const int *dpos;
+    if (step_pos(c, "attention", &rel, &dpos)) return;
+    size_t cnt = (size_t)n * cache->kv_dim;
     dim3 g(grid_for(c, cnt, EW_THREADS)), b(EW_THREADS);
     if (f16)
-        launch(c, "kv_store", k_kv_store<1>, g, b, 0, k, v, cache->k, cache->v, off, cnt);
+        launch(c, "kv_store", k_kv_store<1>, g, b, 0, k, v, cache->k, cache->v, rel, dpos, cache->kv_dim, cnt);
     else
-        launch(c, "kv_store", k_kv_store<0>, g, b, 0, k, v, cache->k, cache->v, off, cnt);
+        launch(c, "kv_store", k_kv_store<0>, g, b, 0, k, v, cache->k, cache->v, rel, dpos, cache->kv_dim, cnt);
 
     int hd = s->head_dim, heads = s->n_heads;
-    attn_plan p = attn_plan_make(c, n, pos0 + n, s);
+    attn_plan p = attn_plan_make(c, n, npos, s);
     if (!p.tile) return report(c, "attention", "head size too large for shared memory");
     if (p.part_bytes > c->part.cap) { /* not reserved: no split */
         p.nsplit = 1;
-        p.split_len = pos0 + n;
+        p.split_len = npos;
     }
     float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
     float *part = static_cast<float *>(c->part.p);
     if (f16)
-        attn_launch<1>(c, p, q, cache, n, pos0, s, scale, out, part);
+        attn_launch<1>(c, p, q, cache, n, rel, dpos, s, scale, out, part);
     else
-        attn_launch<0>(c, p, q, cache, n, pos0, s, scale, out, part);
+        attn_launch<0>(c, p, q, cache, n, rel, dpos, s, scale, out, part);
     if (p.nsplit > 1)
         launch(c, "attention_combine", k_attn_combine, dim3((unsigned)heads, (unsigned)n),
                dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, p.nsplit, heads, hd, out);
@@ -1773,7 +2095,9 @@ static void cu_add(kb_backend *kb, float *x, const float *y, size_t n) {
     launch(c, "add", k_add, dim3(grid_for(c, n, EW_THREADS)), dim3(EW_THREADS), 0, x, y, n);
 }
 
-static void cu_sync(kb_backend *kb) { rt_sync(impl_of(kb)); }
+static void cu_sync(kb_backend *kb) {
+    if (!step_on(impl_of(kb))) rt_sync(impl_of(kb)); /* in a step nothing has run yet */
+}
 
 static uint64_t cu_launches(kb_backend *kb) { return __atomic_load_n(&impl_of(kb)->launches, __ATOMIC_RELAXED); }
 
@@ -1782,6 +2106,11 @@ static void cu_destroy(kb_backend *kb) {
     cu_impl *c = impl_of(kb);
     if (c) {
         rt_sync(c);
+        if (c->st) {
+            for (int i = 0; i < STEP_GRAPHS; i++) graph_drop(&c->st->graphs[i]);
+            step_release(c, c->st);
+            delete c->st;
+        }
         cu_buf *bufs[] = {&c->act, &c->x16, &c->w16, &c->part, &c->ids};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rt_free(c, bufs[i]->p);
         rt_free(c, c->inv_dev);
@@ -1892,6 +2221,17 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     c->mv_warps = c->mv_warps >= 4 ? 4 : c->mv_warps >= 2 ? 2 : 1;
     c->sets = env_int("ILPD_CUDA_SETS", 1);
     c->debug = env_int("ILPD_CUDA_DEBUG", 0);
+    c->graphs = env_int("ILPD_CUDA_GRAPHS", 1);
+    if (c->graphs) {
+        c->st = new (std::nothrow) cu_steps;
+        if (!c->st || step_alloc(c, c->st)) {
+            if (c->st) step_release(c, c->st);
+            delete c->st;
+            c->st = NULL;
+            c->graphs = 0;
+            kb_warn("cuda", "no memory for the decode steps' buffers: no CUDA graphs");
+        }
+    }
     kb->name = c->label;
     /* prompts in passes of 512 rows: each pass reads (and for the quantised
      * types dequantises) every weight once, so fewer passes, fewer reads */
@@ -1921,6 +2261,8 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->geglu = cu_geglu;
     kb->scale = cu_scale;
     kb->add = cu_add;
+    kb->step_begin = cu_step_begin;
+    kb->step_end = cu_step_end;
     kb->sync = cu_sync;
     kb->launches = cu_launches;
     kb->destroy = cu_destroy;
@@ -2107,6 +2449,14 @@ static int selftest(char *err, size_t errlen) {
 } // namespace ILPD_NS
 
 extern "C" kb_backend *KB_CREATE(int dev, char *err, size_t errlen) { return ILPD_NS::create(dev, err, errlen); }
+
+extern "C" void KB_GRAPH_STATS(kb_backend *kb, unsigned long long *steps, unsigned long long *captured,
+                               unsigned long long *replayed) {
+    const ILPD_NS::cu_steps *st = ILPD_NS::impl_of(kb)->st;
+    *steps = st ? st->count : 0;
+    *captured = st ? st->captured : 0;
+    *replayed = st ? st->replayed : 0;
+}
 
 extern "C" int KB_SELFTEST(char *err, size_t errlen) { return ILPD_NS::selftest(err, errlen); }
 

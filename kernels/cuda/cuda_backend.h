@@ -13,6 +13,9 @@
  *   ILPD_CUDA_REF=1       every matmul through the plain reference kernel
  *                         (float dot of dequantised weights): a debugging aid
  *   ILPD_CUDA_DEBUG=1     synchronise and check for errors after each launch
+ *   ILPD_CUDA_GRAPHS=0    decode steps launch kernel by kernel (default 1:
+ *                         each step recorded, captured as a CUDA graph the
+ *                         second time its calls recur, replayed after)
  * and for the emulation only:
  *   ILPD_CUDA_EMU_MEM     "device memory" budget in bytes (default: none), so
  *                         that tests can run out of it
@@ -45,6 +48,13 @@ int kb_cuda_emu_selftest(char *err, size_t errlen); /* the emulation build */
  * nvidia-smi counts it), or 0 when it cannot be read. */
 size_t kb_cuda_mem_used(kb_backend *kb);     /* nvcc build only */
 size_t kb_cuda_emu_mem_used(kb_backend *kb); /* the emulation build */
+
+/* Decode steps (kb->step_begin) so far, graphs captured and graph replays
+ * (all 0 with ILPD_CUDA_GRAPHS=0). */
+void kb_cuda_graph_stats(kb_backend *kb, unsigned long long *steps, unsigned long long *captured,
+                         unsigned long long *replayed);     /* nvcc build only */
+void kb_cuda_emu_graph_stats(kb_backend *kb, unsigned long long *steps, unsigned long long *captured,
+                             unsigned long long *replayed); /* the emulation build */
 
 /* Measures device memory bandwidth on DEV over BYTES (>= 4 GiB is
  * meaningful): a read kernel (READ_GBS) and a device-to-device copy

@@ -60,9 +60,11 @@
 #ifdef CUDA_EMU
 #define TAG "cuda-emu"
 #define EXACT_MEM 1 /* the emulation counts device bytes exactly */
+#define GPU_CREATE kb_cuda_emu_create
 #else
 #define TAG "cuda"
 #define EXACT_MEM 0
+#define GPU_CREATE kb_cuda_create
 #endif
 
 static uint32_t rng = 2463534242u;
@@ -725,12 +727,8 @@ static double run_model(pair p, loaded_model *mg, loaded_model *mc, const uint8_
     for (int step = 0; step < decode; step++) {
         int32_t t = argmax(lc + (size_t)(step ? 0 : n_prompt - 1) * m->n_vocab, m->n_vocab);
         int pos = n_prompt + step;
-        model_embed(&mg->m, p.g, &sg, &t, 1);
-        model_forward_layers(&mg->m, p.g, &sg, 1, pos, 0, m->n_layers);
-        model_logits(&mg->m, p.g, &sg, 0, 1, lg);
-        model_embed(m, p.c, &sc, &t, 1);
-        model_forward_layers(m, p.c, &sc, 1, pos, 0, m->n_layers);
-        model_logits(m, p.c, &sc, 0, 1, lc);
+        model_decode(&mg->m, p.g, &sg, &t, 1, pos, NULL, 0, 1, lg);
+        model_decode(m, p.c, &sc, &t, 1, pos, NULL, 0, 1, lc);
         double e = rel_err(lg, lc, lc, (size_t)m->n_vocab);
         worst = e > worst ? e : worst;
         int ag = argmax(lg, m->n_vocab), ac = argmax(lc, m->n_vocab);
@@ -763,9 +761,7 @@ static int greedy(kb_backend *kb, const model *m, const uint8_t *mask, const int
     for (int i = 0; i < n_gen; i++) {
         out[i] = argmax(logits, m->n_vocab);
         if (i + 1 == n_gen) break;
-        model_embed(m, kb, &st, &out[i], 1);
-        model_forward_layers(m, kb, &st, 1, n_prompt + i, 0, m->n_layers);
-        model_logits(m, kb, &st, 0, 1, logits);
+        model_decode(m, kb, &st, &out[i], 1, n_prompt + i, NULL, 0, 1, logits);
     }
     model_state_free(&st, kb);
     free(logits);
@@ -829,6 +825,126 @@ static void kv_check(pair p, loaded_model *mg, const uint8_t *mask, const char *
 #endif
     model_state_free(&masked, p.g);
     CHECK(gpu_mem_used(p.g) == m0 || !EXACT_MEM, TAG ": %s: the request state's device memory is all freed", base);
+}
+
+/* Decode steps (kb->step_begin) so far, graphs captured and replays. */
+static void graph_stats(kb_backend *kb, unsigned long long *steps, unsigned long long *captured,
+                        unsigned long long *replayed) {
+#if defined(CUDA_EMU)
+    kb_cuda_emu_graph_stats(kb, steps, captured, replayed);
+#elif defined(ILPD_CUDA)
+    kb_cuda_graph_stats(kb, steps, captured, replayed);
+#else
+    (void)kb;
+    *steps = *captured = *replayed = 0;
+#endif
+}
+
+enum { SCRIPT_PROMPT = 250, SCRIPT_STEPS = 24, SCRIPT_ROWS = 3 };
+
+/* Lossless decoding's steps on KB alone, F16 KV cache: a prompt of
+ * SCRIPT_PROMPT tokens, then SCRIPT_STEPS decode steps cycling through a
+ * one-token step at full depth, a draft step under DRAFT and a verification
+ * of 3 rows at the draft's position, each fed the argmax of the step
+ * before; positions cross 256, where attention's split changes. Step i's
+ * logits go to OUT + i * SCRIPT_ROWS * n_vocab. Then the step after, once
+ * with a fault injected into its fifth launch, then again: its logits go
+ * after the others. Sets *FAULT to whether the faulted step failed as
+ * armed. 0, or -1 (allocation). */
+static int step_script(kb_backend *kb, const model *m, const uint8_t *draft, float *out, int *fault) {
+    model_state st;
+    char err[256];
+    size_t V = (size_t)m->n_vocab;
+    int32_t tok[SCRIPT_PROMPT];
+    if (model_state_init(&st, m, kb, SCRIPT_PROMPT + SCRIPT_STEPS * SCRIPT_ROWS + 8, SCRIPT_PROMPT, NULL, KB_KV_F16,
+                         err, sizeof err))
+        return -1;
+    for (int i = 0; i < SCRIPT_PROMPT; i++) tok[i] = (int32_t)(3 + (i * 7919u) % (uint32_t)(m->n_vocab - 3));
+    model_embed(m, kb, &st, tok, SCRIPT_PROMPT);
+    model_forward_layers(m, kb, &st, SCRIPT_PROMPT, 0, 0, m->n_layers);
+    model_logits(m, kb, &st, SCRIPT_PROMPT - 1, 1, out);
+    int pos = SCRIPT_PROMPT;
+    int32_t t = argmax(out, m->n_vocab);
+    for (int i = 0; i <= SCRIPT_STEPS; i++) {
+        float *o = out + (size_t)i * SCRIPT_ROWS * V;
+        int32_t rows[SCRIPT_ROWS] = {t, (int32_t)((t + 1) % m->n_vocab), (int32_t)((t + 2) % m->n_vocab)};
+        if (i == SCRIPT_STEPS) { /* the faulted step, then the same again */
+            kb->fail_at = kb->launches(kb) + 5;
+            model_decode(m, kb, &st, rows, 1, pos, NULL, 0, 1, o);
+            *fault = kb_error(kb) && strstr(kb_error(kb), "injected fault");
+            kb_error_clear(kb);
+            model_decode(m, kb, &st, rows, 1, pos, NULL, 0, 1, o);
+        } else if (i % 3 == 0) {
+            model_decode(m, kb, &st, rows, 1, pos++, NULL, 0, 1, o);
+        } else if (i % 3 == 1) {
+            model_decode(m, kb, &st, rows, 1, pos, draft, 0, 1, o);
+        } else {
+            model_decode(m, kb, &st, rows, SCRIPT_ROWS, pos, NULL, 0, SCRIPT_ROWS, o);
+            pos += SCRIPT_ROWS;
+        }
+        t = argmax(o, m->n_vocab);
+    }
+    model_state_free(&st, kb);
+    return kb_error(kb) ? -1 : 0;
+}
+
+/* Decode steps replayed as graphs compute bit for bit what the same steps
+ * launched kernel by kernel (a backend with ILPD_CUDA_GRAPHS=0) compute,
+ * through full, draft and verification steps, a change of attention's
+ * split and a failed step; graphs were captured and replayed; a copy
+ * inside a step is refused. (A step plans attention's split for a power
+ * of two of positions, the eager backend for the positions themselves:
+ * at the script's positions, 250 to 283, both make every split 64
+ * positions long, so the sums run in the same order.) */
+static void graph_check(pair p, const char *path) {
+    char err[256] = "";
+    setenv("ILPD_CUDA_GRAPHS", "0", 1);
+    kb_backend *eager = GPU_CREATE(0, err, sizeof err);
+    unsetenv("ILPD_CUDA_GRAPHS");
+    loaded_model mg, me;
+    if (!eager) {
+        CHECK(0, TAG ": a backend without graphs: %s", err);
+        return;
+    }
+    if (load(&mg, path, p.g)) goto out;
+    if (load(&me, path, eager)) goto out_g;
+    const model *m = &mg.m;
+    size_t n = (size_t)(SCRIPT_STEPS + 1) * SCRIPT_ROWS * m->n_vocab;
+    float *lg = calloc(n, sizeof *lg), *le = calloc(n, sizeof *le);
+    uint8_t draft[256];
+    memset(draft, 1, sizeof draft);
+    draft[1] = 0;
+    unsigned long long s0, c0, r0, s1, c1, r1, es, ec, er;
+    int fg = 0, fe = 0;
+    graph_stats(p.g, &s0, &c0, &r0);
+    int rg = lg && le ? step_script(p.g, m, draft, lg, &fg) : -1, re = lg && le ? step_script(eager, &me.m, draft, le, &fe) : -1;
+    graph_stats(p.g, &s1, &c1, &r1);
+    graph_stats(eager, &es, &ec, &er);
+    size_t same = 0;
+    while (rg == 0 && re == 0 && same < n && !memcmp(&lg[same], &le[same], sizeof *lg)) same++;
+    CHECK(rg == 0 && re == 0 && same == n && fg && fe,
+          TAG ": %d decode steps (full, draft, 3-row verification) replayed as graphs equal bit for bit those launched "
+              "kernel by kernel (%zu of %zu logits agree; a fault in a step %s)",
+          SCRIPT_STEPS + 2, same, n, fg && fe ? "fails it" : "went unnoticed");
+    CHECK(s1 - s0 == SCRIPT_STEPS + 2 && c1 - c0 >= 3 && r1 - r0 >= SCRIPT_STEPS / 2 && es == 0,
+          TAG ": graphs: %llu steps, %llu captured, %llu replays (none without graphs: %llu steps)", s1 - s0, c1 - c0,
+          r1 - r0, es);
+    float *x = p.g->alloc(p.g, 64);
+    float h[16];
+    kb_step_begin(p.g, 0);
+    p.g->to_host(p.g, h, x, sizeof h);
+    kb_step_end(p.g);
+    CHECK(kb_error(p.g) && strstr(kb_error(p.g), "inside a decode step"), TAG ": a copy inside a decode step is refused (%s)",
+          kb_error(p.g) ? kb_error(p.g) : "no error");
+    kb_error_clear(p.g);
+    p.g->free(p.g, x);
+    free(lg);
+    free(le);
+    unload(&me, eager);
+out_g:
+    unload(&mg, p.g);
+out:
+    eager->destroy(eager);
 }
 
 /* Logits on both backends: tolerance 2e-3 x max|logit| for float models
@@ -1083,6 +1199,7 @@ static void run_all(kb_backend *g, const char *models) {
         }
         if (!access(path, R_OK)) {
             model_check(p, path, 1);
+            graph_check(p, path);
 #ifdef CUDA_EMU
             oom_check(path);
             fit_check(path);
@@ -1144,13 +1261,14 @@ static int bench_run(kb_backend *g, const model *m, const char *label, const uin
     model_logits(m, g, &st, n_prompt - 1, 1, logits);
     int32_t t = argmax(logits, m->n_vocab);
     double t1 = now_s();
+    unsigned long long s0, c0, r0, s1, c1, r1;
+    graph_stats(g, &s0, &c0, &r0);
     for (int i = 0; i < n_gen; i++) {
-        model_embed(m, g, &st, &t, 1);
-        model_forward_layers(m, g, &st, 1, n_prompt + i, 0, m->n_layers);
-        model_logits(m, g, &st, 0, 1, logits);
+        model_decode(m, g, &st, &t, 1, n_prompt + i, NULL, 0, 1, logits);
         t = argmax(logits, m->n_vocab);
     }
     double t2 = now_s();
+    graph_stats(g, &s1, &c1, &r1);
     double bytes = (double)m->output.nbytes + (double)m->output_norm.nbytes;
     for (int l = 0; l < m->n_layers; l++) {
         if (mask && !mask[l]) continue;
@@ -1161,9 +1279,10 @@ static int bench_run(kb_backend *g, const model *m, const char *label, const uin
     double tg = n_gen / (t2 - t1), roof = read_gbs * 1e9 / bytes;
     printf("{\"what\":\"run\",\"mask\":\"%s\",\"layers\":%d,\"n_layers\":%d,\"prompt_tokens\":%d,\"ttft_ms\":%.1f,"
            "\"prefill_tok_s\":%.1f,\"gen_tokens\":%d,\"gen_tok_s\":%.2f,\"bytes_per_token\":%.0f,\"roofline_tok_s\":%.2f,"
-           "\"roofline_ratio\":%.3f,\"kv_bytes\":%zu,\"mem_used_bytes\":%zu}\n",
+           "\"roofline_ratio\":%.3f,\"kv_bytes\":%zu,\"mem_used_bytes\":%zu,\"graphs_captured\":%llu,"
+           "\"graph_replays\":%llu}\n",
            label, layers, m->n_layers, n_prompt, (t1 - t0) * 1e3, n_prompt / (t1 - t0), n_gen, tg, bytes, roof,
-           tg / roof, st.kv_bytes, mem);
+           tg / roof, st.kv_bytes, mem, c1 - c0, r1 - r0);
     fflush(stdout);
     model_state_free(&st, g);
     rc = 0;

@@ -21,7 +21,10 @@
  *                        float dot products (16-byte loads when the width
  *                        allows), Q8_0/Q4_0/Q4_K/Q6_K by dp4a against the
  *                        activation quantised once per matmul to int8 in
- *                        blocks of 32 (the same rounding as the CPU).
+ *                        blocks of 32 (the same rounding as the CPU); an
+ *                        RMSNorm or attention whose output such a matmul
+ *                        takes right after quantises it as it writes it
+ *                        (act_fusable), and the matmul skips that launch.
  * attention: the new K/V rows are stored in the cache, then
  *   decode (up to 8 query rows of one KV head: n tokens x the query heads
  *   that share it; head size 32..256): one block per (KV head, split of
@@ -291,6 +294,37 @@ KGLOBAL void k_mv_ref(int type, const uint8_t *__restrict__ w, size_t row_bytes,
  * for its integer sums; here the sums are per block). */
 KDEV float silu_mul(float a, float u) { return fmul_rn(a / fadd_rn(1.0f, expf(-a)), u); }
 
+/* Block B of the quantised activation from its 32 values, V on LANE of a
+ * warp (every lane calls it). */
+KDEV void quant_block(float v, size_t b, int lane, int8_t *__restrict__ qs, float *__restrict__ d,
+                      float *__restrict__ ds) {
+    float amax = warp_max(fabsf(v));
+    float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+    int q = f2i_rn(fmul_rn(v, id));
+    qs[b * 32 + lane] = (int8_t)q;
+    int sum = warp_sum_i(q);
+    if (lane == 0) {
+        d[b] = db;
+        ds[b] = db * (float)sum;
+    }
+}
+
+/* A quantised activation of rows of COLS values (a multiple of 32): the
+ * int8 values, each block's scale, scale times the block's sum (the act
+ * scratch: act_at). Q NULL: none. */
+struct act_view {
+    int8_t *q;
+    float *d, *ds;
+};
+
+/* OUT[I] = V and, with A.q, V quantised into A: a kernel writing an
+ * activation for the matmul after it. With A.q every lane of the warp
+ * calls it, for 32 consecutive I of one block (lane = I % 32). */
+KDEV void out_store(float *out, size_t i, float v, act_view a) {
+    out[i] = v;
+    if (a.q) quant_block(v, i / 32, (int)(i & 31), a.q, a.d, a.ds);
+}
+
 /* With UP: the values quantised are silu(x) * up, rounded as k_swiglu
  * rounds them (the down projection's input, in the same launch). */
 KGLOBAL void k_quant_act(const float *__restrict__ x, const float *__restrict__ up, int nblocks,
@@ -299,15 +333,7 @@ KGLOBAL void k_quant_act(const float *__restrict__ x, const float *__restrict__ 
     if (b >= nblocks) return;
     float v = x[(size_t)b * 32 + lane];
     if (up) v = silu_mul(v, up[(size_t)b * 32 + lane]);
-    float amax = warp_max(fabsf(v));
-    float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-    int q = f2i_rn(fmul_rn(v, id));
-    qs[(size_t)b * 32 + lane] = (int8_t)q;
-    int sum = warp_sum_i(q);
-    if (lane == 0) {
-        d[b] = db;
-        ds[b] = db * (float)sum;
-    }
+    quant_block(v, (size_t)b, lane, qs, d, ds);
 }
 
 /* COUNT values of W (quantised type T, rows of ROW_BYTES, COLS wide, a
@@ -372,13 +398,15 @@ KGLOBAL void k_embed(int type, const uint8_t *__restrict__ w, size_t row_bytes, 
 
 /* One block per row: out = x * (1 / sqrt(mean(x^2) + eps)) * g; with ADD,
  * x += y first (each thread adds the values it then squares and scales, so
- * OUT may be Y: it is written after the barrier). */
+ * OUT may be Y: it is written after the barrier). With AQ.q (DIM a
+ * multiple of 32, blockDim too), OUT is also quantised as k_quant_act
+ * would (the matmul that follows skips its own quantisation). */
 template <bool ADD>
-KGLOBAL void k_rmsnorm(float *x, const float *y, const float *__restrict__ g, int dim, float eps, float *out) {
+KGLOBAL void k_rmsnorm(float *x, const float *y, const float *__restrict__ g, int dim, float eps, float *out,
+                       act_view aq) {
     SMEM float red[32];
     SMEM float scale_s;
     float *xi = x + (size_t)blockIdx.x * dim;
-    float *oi = out + (size_t)blockIdx.x * dim;
     float s = 0.0f;
     if (ADD) {
         const float *yi = y + (size_t)blockIdx.x * dim;
@@ -395,7 +423,8 @@ KGLOBAL void k_rmsnorm(float *x, const float *y, const float *__restrict__ g, in
     }
     sync_block();
     float sc = scale_s;
-    for (int k = threadIdx.x; k < dim; k += blockDim.x) oi[k] = fmul_rn(fmul_rn(xi[k], sc), g[k]);
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) /* warp-uniform with AQ: a warp, 32 values of a block */
+        out_store(out, (size_t)blockIdx.x * dim + k, fmul_rn(fmul_rn(xi[k], sc), g[k]), aq);
 }
 
 /* A kernel's first position: POS0 as it is or, in a replayed decode step
@@ -591,7 +620,7 @@ KUNROLL
 template <int KVT, int DPL, int R>
 KGLOBAL void k_attn_dec(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
                         int kv_dim, int n, int pos0, const int *dpos, int n_heads, int group, int split_len, int nsplit,
-                        float scale, int window, float *__restrict__ out, float *__restrict__ part) {
+                        float scale, int window, float *__restrict__ out, float *__restrict__ part, act_view aq) {
     enum { HD = 32 * DPL };
     pos0 = pos_at(pos0, dpos);
     SMEM float sm_o[DEC_WARPS][R * HD];
@@ -676,7 +705,7 @@ KUNROLL
         }
         size_t tok = (size_t)(r / group), h = (size_t)kvh * group + r % group;
         if (nsplit == 1) {
-            out[(tok * n_heads + h) * HD + d] = acc / sum;
+            out_store(out, (tok * n_heads + h) * HD + d, acc / sum, aq);
         } else {
             float *pp = part + ((tok * n_heads + h) * nsplit + s) * (size_t)(HD + 2);
             pp[d] = acc;
@@ -826,7 +855,8 @@ KUNROLL
 }
 
 /* Merges the splits of (head blockIdx.x, token blockIdx.y). */
-KGLOBAL void k_attn_combine(const float *__restrict__ part, int nsplit, int n_heads, int hd, float *__restrict__ out) {
+KGLOBAL void k_attn_combine(const float *__restrict__ part, int nsplit, int n_heads, int hd, float *__restrict__ out,
+                            act_view aq) {
     int h = blockIdx.x;
     size_t tok = blockIdx.y;
     const float *p = part + (tok * n_heads + h) * nsplit * (size_t)(hd + 2);
@@ -843,7 +873,7 @@ KGLOBAL void k_attn_combine(const float *__restrict__ part, int nsplit, int n_he
             float m = p[(size_t)s * (hd + 2) + hd];
             if (m != -INFINITY) acc += expf(m - mx) * p[(size_t)s * (hd + 2) + d];
         }
-        out[(tok * n_heads + h) * hd + d] = acc / l;
+        out_store(out, (tok * n_heads + h) * hd + d, acc / l, aq);
     }
 }
 
@@ -953,6 +983,10 @@ struct cu_impl {
     int graphs;                 /* decode steps recorded and replayed as CUDA graphs (ILPD_CUDA_GRAPHS=0: not) */
     int capturing;              /* a stream capture is under way: no synchronisation */
     cu_steps *st;               /* NULL when graphs are off */
+    /* the activation that act holds quantised (an RMSNorm's output, act_n
+     * rows of act_cols), for the launch right after: launch() forgets it */
+    const float *act_of;
+    int act_n, act_cols;
     size_t mem_used, mem_limit; /* emulation: "device" bytes in use and the budget (0: none) */
     char label[300];            /* kb->name: "cuda:0 (NVIDIA H200)" */
     cu_buf act, x16, w16, part, ids;
@@ -1284,6 +1318,7 @@ static void step_record(cu_impl *c, const char *what, void (*k)(P...), dim3 g, d
  * armed for this launch stops it. */
 template <typename... P, typename... A>
 static void launch(cu_impl *c, const char *what, void (*k)(P...), dim3 g, dim3 b, size_t smem, A... a) {
+    c->act_of = NULL;
     if (kb_fault_due(c->kb, __atomic_fetch_add(&c->launches, 1ull, __ATOMIC_RELAXED), what)) return;
     if (step_on(c)) return step_record(c, what, k, g, b, smem, a...);
     rt_launch(c, what, k, g, b, smem, a...);
@@ -1446,6 +1481,7 @@ static void cu_kv_load(kb_backend *kb, kb_kv *c, int n, const void *k, const voi
 
 static void cu_to_backend(kb_backend *kb, void *dst, const void *src, size_t bytes) {
     cu_impl *c = impl_of(kb);
+    c->act_of = NULL; /* DST may be what act holds quantised */
     if (!bytes) return;
     if (step_on(c)) return report(c, "to_backend", "a copy inside a decode step");
     if (rt_copy(c, dst, src, bytes, H2D) == 0) rt_sync(c);
@@ -1461,6 +1497,26 @@ static void cu_kv_load(kb_backend *kb, kb_kv *c, int n, const void *k, const voi
 static size_t act_bytes(size_t n, size_t cols) {
     size_t nb = cols / 32;
     return (n * cols + 255) / 256 * 256 + 2 * ((n * nb * 4 + 255) / 256 * 256);
+}
+
+/* After the launch that quantised OUT (N rows of COLS) into act: the next
+ * launch, if it is a quantised matmul of OUT, skips its quantisation. */
+static void act_hold(cu_impl *c, const float *out, int n, int cols) {
+    if (kb_error(c->kb)) return; /* the launch did not run */
+    c->act_of = out;
+    c->act_n = n;
+    c->act_cols = cols;
+}
+
+/* The quantised activation of N rows of COLS in the act scratch. */
+static act_view act_at(const cu_impl *c, size_t n, size_t cols) {
+    size_t nb = n * (cols / 32);
+    uint8_t *base = static_cast<uint8_t *>(c->act.p);
+    act_view a;
+    a.q = reinterpret_cast<int8_t *>(base);
+    a.d = reinterpret_cast<float *>(base + (n * cols + 255) / 256 * 256);
+    a.ds = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(a.d) + (nb * 4 + 255) / 256 * 256);
+    return a;
 }
 
 static size_t attn_smem(int qt, int tile, int hd) {
@@ -1699,19 +1755,44 @@ static void cu_embed(kb_backend *kb, float *out, const kb_weight *emb, const int
 
 static int rmsnorm_threads(int dim) { return dim >= 1024 ? 1024 : dim >= 256 ? 256 : 32 * ((dim + 31) / 32); }
 
-static void cu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps) {
-    cu_impl *c = impl_of(kb);
+/* Whether a matmul of N rows goes through cuBLAS: from gemm_min_n rows on,
+ * but never in a decode step (the own kernels, whose launches a step
+ * records). */
+static int use_gemm(const cu_impl *c, int n) { return c->gemm_min_n > 0 && n >= c->gemm_min_n && !step_on(c); }
+
+/* Whether a kernel writing N rows of COLS for a matmul may also quantise
+ * them into the act scratch for it (act_hold): weight sets on, the own
+ * kernels (not cuBLAS, not the reference), whole blocks, room. */
+static int act_fusable(const cu_impl *c, int n, int cols) {
+    return c->sets && !c->ref && !use_gemm(c, n) && cols % 32 == 0 && act_bytes((size_t)n, (size_t)cols) <= c->act.cap;
+}
+
+/* RMSNorm (ADD: after x += y) of N rows of DIM into OUT. When OUT is not X
+ * (a matmul's input, not Qwen3's per-head norms), the own kernels would
+ * multiply it (not cuBLAS) and it fits the act scratch,
+ * the kernel also quantises it there and act_of says so: a quantised
+ * matmul right after skips its quantisation launch. */
+static void rmsnorm_launch(cu_impl *c, bool add, float *x, const float *y, float *out, const kb_weight *w, int n,
+                           int dim, float eps) {
     if (n <= 0) return;
-    launch(c, "rmsnorm", k_rmsnorm<false>, dim3((unsigned)n), dim3((unsigned)rmsnorm_threads(dim)), 0,
-           const_cast<float *>(x), (const float *)NULL, static_cast<const float *>(w->dev), dim, eps, out);
+    int quant = out != x && act_fusable(c, n, dim);
+    act_view a = quant ? act_at(c, (size_t)n, (size_t)dim) : act_view{NULL, NULL, NULL};
+    dim3 g((unsigned)n), b((unsigned)rmsnorm_threads(dim));
+    const float *gw = static_cast<const float *>(w->dev);
+    if (add)
+        launch(c, "add_rmsnorm", k_rmsnorm<true>, g, b, 0, x, y, gw, dim, eps, out, a);
+    else
+        launch(c, "rmsnorm", k_rmsnorm<false>, g, b, 0, x, y, gw, dim, eps, out, a);
+    if (quant) act_hold(c, out, n, dim);
+}
+
+static void cu_rmsnorm(kb_backend *kb, float *out, const float *x, const kb_weight *w, int n, int dim, float eps) {
+    rmsnorm_launch(impl_of(kb), false, const_cast<float *>(x), NULL, out, w, n, dim, eps);
 }
 
 static void cu_add_rmsnorm(kb_backend *kb, float *x, const float *y, float *out, const kb_weight *w, int n, int dim,
                            float eps) {
-    cu_impl *c = impl_of(kb);
-    if (n <= 0) return;
-    launch(c, "add_rmsnorm", k_rmsnorm<true>, dim3((unsigned)n), dim3((unsigned)rmsnorm_threads(dim)), 0, x, y,
-           static_cast<const float *>(w->dev), dim, eps, out);
+    rmsnorm_launch(impl_of(kb), true, x, y, out, w, n, dim, eps);
 }
 
 /* Warps per row for rows of ITEMS loads a lane: each thread makes at least
@@ -1763,11 +1844,6 @@ static void mv_float_launch(cu_impl *c, const mv_set &set, int cols, const float
 static int is_quant(ggml_type t) {
     return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
 }
-
-/* Whether a matmul of N rows goes through cuBLAS: from gemm_min_n rows on,
- * but never in a decode step (the own kernels, whose launches a step
- * records). */
-static int use_gemm(const cu_impl *c, int n) { return c->gemm_min_n > 0 && n >= c->gemm_min_n && !step_on(c); }
 
 /* The cuBLAS path; 0, or -1 when it cannot run (the caller falls back). */
 static int matmul_gemm(cu_impl *c, float *out, const kb_weight *w, const float *x, int n, size_t rb) {
@@ -1840,19 +1916,20 @@ static void matmul_own(cu_impl *c, float *const *outs, const kb_weight *w, int c
             for (int i = 0; i < count; i++) matmul_ref(c, outs[i], &w[i], x, n, rb);
             return;
         }
+        /* quantised already by the RMSNorm that wrote X (rmsnorm_launch) */
+        int have = !up && n <= cap && c->act_of == x && c->act_n == n && c->act_cols == cols;
         for (int t0 = 0; t0 < n; t0 += cap) {
             int nt = n - t0 < cap ? n - t0 : cap;
             size_t nb = (size_t)nt * (cols / 32);
-            uint8_t *base = static_cast<uint8_t *>(c->act.p);
-            int8_t *aq = reinterpret_cast<int8_t *>(base);
-            float *ad = reinterpret_cast<float *>(base + ((size_t)nt * cols + 255) / 256 * 256);
-            float *ads = reinterpret_cast<float *>(reinterpret_cast<uint8_t *>(ad) + (nb * 4 + 255) / 256 * 256);
-            launch(c, "quantize", k_quant_act, dim3((unsigned)((nb + MV_THREADS / 32 - 1) / (MV_THREADS / 32))),
-                   dim3(MV_THREADS), 0, x + (size_t)t0 * cols, up ? up + (size_t)t0 * cols : up, (int)nb, aq, ad, ads);
+            act_view a = act_at(c, (size_t)nt, (size_t)cols);
+            if (!have)
+                launch(c, "quantize", k_quant_act, dim3((unsigned)((nb + MV_THREADS / 32 - 1) / (MV_THREADS / 32))),
+                       dim3(MV_THREADS), 0, x + (size_t)t0 * cols, up ? up + (size_t)t0 * cols : up, (int)nb, a.q, a.d,
+                       a.ds);
             for (int s0 = 0; s0 < nt; s0 += MV_NT) {
                 int m = nt - s0 < MV_NT ? nt - s0 : MV_NT;
-                const int8_t *q = aq + (size_t)s0 * cols;
-                const float *d = ad + (size_t)s0 * (cols / 32), *ds = ads + (size_t)s0 * (cols / 32);
+                const int8_t *q = a.q + (size_t)s0 * cols;
+                const float *d = a.d + (size_t)s0 * (cols / 32), *ds = a.ds + (size_t)s0 * (cols / 32);
                 mv_set at = mv_rows_from(set, t0 + s0);
                 switch (w[0].type) {
                 case GGML_TYPE_Q8_0: mv_quant_launch<WT_Q8_0>(c, at, cols, rb, q, d, ds, m); break;
@@ -2023,12 +2100,12 @@ template <int KVT> static tile_kernel_fn tile_kernel(int hd) {
 /* Attention by plan P over a KV cache of type KVT (the K/V rows stored). */
 template <int KVT>
 static void attn_launch(cu_impl *c, const attn_plan &p, const float *q, const kb_kv *cache, int n, int pos0,
-                        const int *dpos, const kb_attn_shape *s, float scale, float *out, float *part) {
+                        const int *dpos, const kb_attn_shape *s, float scale, float *out, float *part, act_view aq) {
     int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads, kvd = cache->kv_dim;
     const void *kc = cache->k, *vc = cache->v;
     if (p.dec)
         return dec_launch_hd<KVT>(c, hd, p.dec, dim3((unsigned)s->n_kv_heads, (unsigned)p.nsplit), q, kc, vc, kvd, n,
-                                  pos0, dpos, heads, group, p.split_len, p.nsplit, scale, s->window, out, part);
+                                  pos0, dpos, heads, group, p.split_len, p.nsplit, scale, s->window, out, part, aq);
     if (p.bk)
         return launch(c, "attention", tile_kernel<KVT>(hd),
                       dim3((unsigned)((n + TQ - 1) / TQ), (unsigned)heads, (unsigned)p.nsplit), dim3(TILE_THREADS),
@@ -2062,13 +2139,17 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
     }
     float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
     float *part = static_cast<float *>(c->part.p);
+    /* the output quantised for the projection after it, by the kernel that writes it */
+    int quant = (p.nsplit > 1 || p.dec) && hd % 32 == 0 && act_fusable(c, n, heads * hd);
+    act_view none = {NULL, NULL, NULL}, aq = quant ? act_at(c, (size_t)n, (size_t)heads * hd) : none;
     if (f16)
-        attn_launch<1>(c, p, q, cache, n, rel, dpos, s, scale, out, part);
+        attn_launch<1>(c, p, q, cache, n, rel, dpos, s, scale, out, part, p.nsplit > 1 ? none : aq);
     else
-        attn_launch<0>(c, p, q, cache, n, rel, dpos, s, scale, out, part);
+        attn_launch<0>(c, p, q, cache, n, rel, dpos, s, scale, out, part, p.nsplit > 1 ? none : aq);
     if (p.nsplit > 1)
         launch(c, "attention_combine", k_attn_combine, dim3((unsigned)heads, (unsigned)n),
-               dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, p.nsplit, heads, hd, out);
+               dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, p.nsplit, heads, hd, out, aq);
+    if (quant) act_hold(c, out, n, heads * hd);
 }
 
 static void cu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) {

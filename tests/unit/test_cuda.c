@@ -419,6 +419,77 @@ static void check_matmul_many(pair p, ggml_type t, ggml_type other, int cols) {
  * up, bit for bit swiglu then matmul, for 1, 3, 8 and 12 rows; for the
  * quantised types up to 8 rows in a launch fewer (SwiGLU applied as the
  * input is quantised). */
+/* Right after the launch that wrote X (N rows of W's width, device memory),
+ * W's matmul into OUT, then again after one more launch (an addition of
+ * ZERO, device zeros): the matmul quantises X itself then. HA and HB get
+ * the two results (host). Returns 1 when they differ, or when the first
+ * did not take one launch fewer although FEWER says it should. */
+static int matmul_after(kb_backend *g, const kb_weight *w, float *x, int n, const float *zero, float *out, float *ha,
+                        float *hb, int fewer) {
+    uint64_t l0 = g->launches(g);
+    g->matmul(g, out, w, x, n);
+    uint64_t l1 = g->launches(g);
+    host_from(g, ha, out, (size_t)n * w->rows);
+    g->add(g, x, zero, (size_t)n * w->cols);
+    uint64_t l2 = g->launches(g);
+    g->matmul(g, out, w, x, n);
+    uint64_t l3 = g->launches(g);
+    host_from(g, hb, out, (size_t)n * w->rows);
+    return memcmp(ha, hb, (size_t)n * w->rows * sizeof(float)) != 0 || (fewer && l1 - l0 + 1 != l3 - l2);
+}
+
+/* rmsnorm (and add_rmsnorm) then matmul: the norm quantises its output for
+ * a quantised matmul right after, which skips its own quantisation (a
+ * launch fewer), bit for bit the same as when another launch comes between
+ * them (an addition of zeros: the matmul quantises again). */
+static void check_norm_matmul(pair p, ggml_type t, int cols) {
+    enum { ROWS = 40, N_MAX = 8 };
+    size_t rb = ggml_row_bytes(t, (uint64_t)cols), nx = (size_t)N_MAX * cols;
+    uint8_t *host = malloc(rb * ROWS);
+    float *x = malloc(nx * sizeof(float)), *y = malloc(nx * sizeof(float)), *gv = malloc((size_t)cols * sizeof(float));
+    float *zero = calloc(nx, sizeof(float)), *a = malloc((size_t)N_MAX * ROWS * 4), *b = malloc((size_t)N_MAX * ROWS * 4);
+    kb_weight w = {t, ROWS, cols, host, NULL, rb * ROWS}, g = {GGML_TYPE_F32, 1, cols, gv, NULL, (size_t)cols * 4};
+    int ok = host && x && y && gv && zero && a && b, bad = 0;
+    if (ok) {
+        fill_weight(t, host, rb * ROWS);
+        for (size_t i = 0; i < nx; i++) {
+            x[i] = unif() * 3;
+            y[i] = unif();
+        }
+        for (int i = 0; i < cols; i++) gv[i] = 1 + 0.3f * unif();
+        ok = p.g->weight_upload(p.g, &w) == 0 && p.g->weight_upload(p.g, &g) == 0;
+    }
+    float *xg = ok ? p.g->alloc(p.g, nx * 4) : NULL, *yg = ok ? dev_from(p.g, y, nx) : NULL;
+    float *zg = ok ? dev_from(p.g, zero, nx) : NULL, *xb = ok ? p.g->alloc(p.g, nx * 4) : NULL;
+    float *o = ok ? p.g->alloc(p.g, (size_t)N_MAX * ROWS * 4) : NULL;
+    ok = ok && xg && yg && zg && xb && o;
+    const int ns[] = {1, 3, N_MAX};
+    for (int v = 0; ok && v < 6; v++) {
+        int n = ns[v % 3];
+        p.g->to_backend(p.g, xg, x, nx * 4);
+        if (v >= 3)
+            p.g->add_rmsnorm(p.g, xg, yg, xb, &g, n, cols, 1e-5f);
+        else
+            p.g->rmsnorm(p.g, xb, xg, &g, n, cols, 1e-5f);
+        bad += matmul_after(p.g, &w, xb, n, zg, o, a, b, 1);
+    }
+    CHECK(ok && !bad && !kb_error(p.g),
+          TAG ": rmsnorm and add_rmsnorm then matmul %s [40 x %d] n=1,3,8: the norm quantises for the matmul, a launch "
+              "fewer, bit for bit (%d differ or not fewer)",
+          ggml_type_name(t), cols, bad);
+    if (host && w.dev) p.g->weight_release(p.g, &w);
+    if (gv && g.dev) p.g->weight_release(p.g, &g);
+    float *bufs[] = {xg, yg, zg, xb, o};
+    for (int i = 0; i < 5; i++) p.g->free(p.g, bufs[i]);
+    free(host);
+    free(x);
+    free(y);
+    free(gv);
+    free(zero);
+    free(a);
+    free(b);
+}
+
 static void check_swiglu_matmul(pair p, ggml_type t, int cols) {
     enum { ROWS = 40, N_MAX = 12 };
     size_t rb = ggml_row_bytes(t, (uint64_t)cols), nx = (size_t)N_MAX * cols;
@@ -564,7 +635,7 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
         for (int pos = 0; pos < 576; pos += 64) steps[n_steps][0] = pos, steps[n_steps++][1] = 64;
         for (int pos = 576; pos < 580; pos++) steps[n_steps][0] = pos, steps[n_steps++][1] = 1;
     } else {
-        const int s0[][2] = {{0, 70}, {70, 1}, {71, 1}, {72, 3}, {75, 16}, {91, 1}};
+        const int s0[][2] = {{0, 1}, {1, 2}, {3, 67}, {70, 1}, {71, 1}, {72, 3}, {75, 16}, {91, 1}};
         for (size_t i = 0; i < sizeof s0 / sizeof *s0; i++) steps[n_steps][0] = s0[i][0], steps[n_steps++][1] = s0[i][1];
     }
     float inv[512];
@@ -576,6 +647,17 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
     kb_scratch_shape sh = {64, 64, ctx, &s};
     int ok = cg.k && cg.v && cc.k && cc.v && p.g->reserve(p.g, &sh) == 0 && p.c->reserve(p.c, &sh) == 0;
     if (!ok) CHECK(0, TAG ": attention: out of memory for the KV caches");
+    /* decode steps' output goes to a Q8_0 projection right after (quantised by attention) */
+    enum { PROJ = 16 };
+    int qd = H * hd, proj_bad = 0, proj_n = 0;
+    size_t prb = ggml_row_bytes(GGML_TYPE_Q8_0, (uint64_t)qd);
+    uint8_t *ph = malloc(prb * PROJ);
+    float *zh = calloc((size_t)8 * qd, sizeof(float)), *pa = malloc(8 * PROJ * 4), *pb = malloc(8 * PROJ * 4);
+    kb_weight pw = {GGML_TYPE_Q8_0, PROJ, qd, ph, NULL, prb * PROJ};
+    if (ph) fill_weight(GGML_TYPE_Q8_0, ph, prb * PROJ);
+    int proj = ok && ph && zh && pa && pb && p.g->weight_upload(p.g, &pw) == 0;
+    float *zg = proj ? dev_from(p.g, zh, (size_t)8 * qd) : NULL, *po = proj ? p.g->alloc(p.g, 8 * PROJ * 4) : NULL;
+    proj = proj && zg && po;
     double worst = 0;
     for (int si = 0; ok && si < n_steps; si++) {
         int pos0 = steps[si][0], n = steps[si][1];
@@ -600,6 +682,10 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
             goto next;
         }
         p.g->attention(p.g, og, qg, kg, vg, &cg, n, pos0, &s);
+        if (proj && n <= 8) {
+            proj_bad += matmul_after(p.g, &pw, og, n, zg, po, pa, pb, hd % 32 == 0);
+            proj_n++;
+        }
         p.c->attention(p.c, oc, qc, kc, vc, &cc, n, pos0, &s);
         host_from(p.g, rg, og, nq);
         host_from(p.c, rc, oc, nq);
@@ -628,6 +714,16 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
         CHECK(1, TAG ": attention (KV %s, head size %d, %d/%d heads, window %d) over 580 positions: 9 prompt chunks of "
                      "64, 4 split decode steps (worst error %.2g)",
               kt == KB_KV_F16 ? "F16" : "F32", hd, H, KVH, window, worst);
+    CHECK(proj && proj_n > 0 && !proj_bad,
+          TAG ": attention (head size %d, %d/%d heads) then a Q8_0 projection, %d decode steps: %s, bit for bit (%d differ)",
+          hd, H, KVH, proj_n, hd % 32 == 0 ? "attention quantises its output for it, a launch fewer" : "no fusion", proj_bad);
+    if (pw.dev) p.g->weight_release(p.g, &pw);
+    p.g->free(p.g, zg);
+    p.g->free(p.g, po);
+    free(ph);
+    free(zh);
+    free(pa);
+    free(pb);
     p.g->free(p.g, cg.k);
     p.g->free(p.g, cg.v);
     p.c->free(p.c, cc.k);
@@ -1163,6 +1259,7 @@ static void run_all(kb_backend *g, const char *models) {
                 check_matmul_many(p, t, t, quant ? 512 : 128);
                 check_matmul_many(p, t, t, 4096);
                 check_swiglu_matmul(p, t, quant ? 512 : 128);
+                if (quant) check_norm_matmul(p, t, i == 3 ? 4096 : 512);
             }
         }
         check_matmul_many(p, GGML_TYPE_Q8_0, GGML_TYPE_F16, 512);

@@ -664,12 +664,20 @@ void model_embed(const model *m, kb_backend *kb, model_state *s, const int32_t *
     if (m->embed_scale != 1.0f) kb->scale(kb, s->x, m->embed_scale, (size_t)n * m->dim);
 }
 
-/* One layer over rows [r0, r0+n) (positions pos0+r0..). */
-static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l, int r0, int n, int pos0) {
+/* One layer over rows [r0, r0+n) (positions pos0+r0..). With ADDEND, the
+ * layer before left its output in s->xb to be added to the residual
+ * stream: the addition goes with this layer's first RMSNorm (one pass on
+ * backends that fuse them). With LEAVE, this layer leaves its own output so
+ * (returns 1); else it adds it (returns 0). */
+static int layer_forward(const model *m, kb_backend *kb, model_state *s, int l, int r0, int n, int pos0, int addend,
+                         int leave) {
     const model_layer *L = &m->layers[l];
     const kb_attn_shape *attn = L->swa ? &m->attn_swa : &m->attn;
     float *x = s->x + (size_t)r0 * m->dim;
-    kb->rmsnorm(kb, s->xb, x, &L->attn_norm, n, m->dim, m->eps);
+    if (addend)
+        kb_add_rmsnorm(kb, x, s->xb, s->xb, &L->attn_norm, n, m->dim, m->eps);
+    else
+        kb->rmsnorm(kb, s->xb, x, &L->attn_norm, n, m->dim, m->eps);
     float *qkv[3] = {s->q, s->k, s->v};
     const kb_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
     kb_matmul_many(kb, qkv, wqkv, 3, s->xb, n);
@@ -682,8 +690,7 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
         kb->rmsnorm(kb, s->q, s->q, &L->q_norm, n * m->n_heads, m->head_dim, m->eps);
         kb->rmsnorm(kb, s->k, s->k, &L->k_norm, n * m->n_kv_heads, m->head_dim, m->eps);
     }
-    kb_rope_qk(kb, s->q, s->k, n, m->n_heads, m->n_kv_heads, attn, pos0 + r0);
-    kb->attention(kb, s->att, s->q, s->k, s->v, &s->kv[l], n, pos0 + r0, attn);
+    kb_attention_rope(kb, s->att, s->q, s->k, s->v, &s->kv[l], n, pos0 + r0, attn);
     kb->matmul(kb, s->xb, &L->wo, s->att, n);
     if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_attn_norm, n, m->dim, m->eps);
     kb_add_rmsnorm(kb, x, s->xb, s->xb, &L->ffn_norm, n, m->dim, m->eps);
@@ -697,16 +704,26 @@ static void layer_forward(const model *m, kb_backend *kb, model_state *s, int l,
         kb_swiglu_matmul(kb, s->xb, &L->w_down, s->hb, s->hb2, n);
     }
     if (L->has_post_norm) kb->rmsnorm(kb, s->xb, s->xb, &L->post_ffn_norm, n, m->dim, m->eps);
+    if (leave) return 1;
     kb->add(kb, x, s->xb, (size_t)n * m->dim);
+    return 0;
 }
 
 /* Layers [l0, l1) that MASK and, when not NULL, DRAFT compute. */
 static void forward_masked(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1,
                            const uint8_t *draft) {
+    /* rows in one pass: each layer's last addition goes with the next one's first norm */
+    int one = n <= s->chunk, addend = 0;
     for (int l = l0; l < l1 && l < m->n_layers; l++) {
         if (!s->mask[l] || (draft && !draft[l])) continue;
-        for (int r = 0; r < n; r += s->chunk) layer_forward(m, kb, s, l, r, n - r < s->chunk ? n - r : s->chunk, pos0);
+        if (one) {
+            addend = layer_forward(m, kb, s, l, 0, n, pos0, addend, 1);
+            continue;
+        }
+        for (int r = 0; r < n; r += s->chunk)
+            layer_forward(m, kb, s, l, r, n - r < s->chunk ? n - r : s->chunk, pos0, 0, 0);
     }
+    if (addend) kb->add(kb, s->x, s->xb, (size_t)n * m->dim);
 }
 
 void model_forward_layers(const model *m, kb_backend *kb, model_state *s, int n, int pos0, int l0, int l1) {

@@ -140,6 +140,11 @@ struct kb_backend {
      * S's window when it has one. */
     void (*attention)(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
                       int n, int pos0, const kb_attn_shape *s);
+    /* rope_qk (of S's heads) then attention, in one pass where the backend
+     * can; Q and K may be left rotated or not. NULL: the caller makes the
+     * two calls (kb_attention_rope). */
+    void (*attention_rope)(kb_backend *kb, float *out, float *q, float *k, const float *v, kb_kv *cache, int n,
+                           int pos0, const kb_attn_shape *s);
     /* gate = silu(gate) * up, elementwise over N values. */
     void (*swiglu)(kb_backend *kb, float *gate, const float *up, size_t n);
     /* out = (silu(gate) * up) times W transposed, n rows of w->cols: bit for
@@ -193,6 +198,9 @@ size_t kb_kv_bytes(kb_kv_type t, int n_ctx, int kv_dim);
 void kb_matmul_many(kb_backend *kb, float *const *outs, const kb_weight *const *ws, int count, const float *x, int n);
 /* kb->rope_qk, or the two rope calls when the backend has none. */
 void kb_rope_qk(kb_backend *kb, float *q, float *k, int n, int n_heads, int n_kv_heads, const kb_attn_shape *s, int pos0);
+/* kb->attention_rope, or rope_qk then attention when the backend has none. */
+void kb_attention_rope(kb_backend *kb, float *out, float *q, float *k, const float *v, kb_kv *cache, int n, int pos0,
+                       const kb_attn_shape *s);
 /* kb->swiglu_matmul, or swiglu then matmul when the backend has none. */
 void kb_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n);
 /* kb->add_rmsnorm, or add then rmsnorm when the backend has none. */

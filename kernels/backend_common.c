@@ -24,6 +24,16 @@ void kb_rope_qk(kb_backend *kb, float *q, float *k, int n, int n_heads, int n_kv
     }
 }
 
+void kb_attention_rope(kb_backend *kb, float *out, float *q, float *k, const float *v, kb_kv *cache, int n, int pos0,
+                       const kb_attn_shape *s) {
+    if (kb->attention_rope) {
+        kb->attention_rope(kb, out, q, k, v, cache, n, pos0, s);
+    } else {
+        kb_rope_qk(kb, q, k, n, s->n_heads, s->n_kv_heads, s, pos0);
+        kb->attention(kb, out, q, k, v, cache, n, pos0, s);
+    }
+}
+
 void kb_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, float *gate, const float *up, int n) {
     if (kb->swiglu_matmul) {
         kb->swiglu_matmul(kb, out, w, gate, up, n);

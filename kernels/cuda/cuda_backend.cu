@@ -28,7 +28,9 @@
  * attention: the new K/V rows are stored in the cache, then
  *   decode (up to 8 query rows of one KV head: n tokens x the query heads
  *   that share it; head size 32..256): one block per (KV head, split of
- *   the positions) reads each cached K/V row once for all those rows,
+ *   the positions), which also rotates the queries and new keys
+ *   (attention_rope) and stores the new rows of its split, reads each
+ *   cached K/V row once for all those rows,
  *   a warp at a time with 4- to 16-byte loads, and keeps an online softmax
  *   per row in registers (k_attn_dec);
  *   prompts (32 queries or more; head size 64, 128 or 256): flash attention on
@@ -46,7 +48,7 @@
  * matmul of up to 64 rows) are recorded, not launched, and at their end run
  * as they come the first time their calls are seen, captured into a CUDA
  * graph the second time and replayed from then on: one graph launch a
- * token instead of some 450 kernel launches (8B shape). The kernels read
+ * token instead of some 260 kernel launches (8B shape). The kernels read
  * a step's position from device memory, so one graph serves every
  * position (see "Decode steps" below).
  *
@@ -458,18 +460,21 @@ KGLOBAL void k_rope(float *__restrict__ x, int n_heads, float *__restrict__ x2, 
     }
 }
 
+/* Element I of a KV cache (F32, or F16 when KVT is 1) = X. */
+template <int KVT> KDEV void kv_put(void *p, size_t i, float x) {
+    if (KVT == 0)
+        static_cast<float *>(p)[i] = x;
+    else
+        static_cast<uint16_t *>(p)[i] = f2h(x);
+}
+
 template <int KVT>
 KGLOBAL void k_kv_store(const float *__restrict__ k, const float *__restrict__ v, void *kc, void *vc, int pos0,
                         const int *dpos, int kv_dim, size_t count) {
     size_t stride = (size_t)gridDim.x * blockDim.x, off = (size_t)pos_at(pos0, dpos) * kv_dim;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
-        if (KVT == 0) {
-            static_cast<float *>(kc)[off + i] = k[i];
-            static_cast<float *>(vc)[off + i] = v[i];
-        } else {
-            static_cast<uint16_t *>(kc)[off + i] = f2h(k[i]);
-            static_cast<uint16_t *>(vc)[off + i] = f2h(v[i]);
-        }
+        kv_put<KVT>(kc, off + i, k[i]);
+        kv_put<KVT>(vc, off + i, v[i]);
     }
 }
 
@@ -606,6 +611,24 @@ KUNROLL
     }
 }
 
+/* RoPE applied by a kernel that reads the rows (k_attn_dec): the head's
+ * HD/2 inverse frequencies (NULL: none), the pairing and the scale of cos
+ * and sin, as k_rope takes them (every dimension rotates). */
+struct rope_in {
+    const float *inv;
+    int neox;
+    float mscale;
+};
+
+/* Element E of the head X (HD values) rotated as k_rope rotates it, by its
+ * position's CS and SN (HD/2 each, as k_rope computes them). */
+template <int HD> KDEV float rope_elem(const float *x, int e, const float *cs, const float *sn, int neox) {
+    int half = HD / 2, k = neox ? (e < half ? e : e - half) : e / 2;
+    int a = neox ? k : 2 * k, b = neox ? k + half : 2 * k + 1;
+    float x0 = x[a], x1 = x[b];
+    return e == a ? fsub_rn(fmul_rn(x0, cs[k]), fmul_rn(x1, sn[k])) : fadd_rn(fmul_rn(x0, sn[k]), fmul_rn(x1, cs[k]));
+}
+
 /* Decode attention: the ROWS = n * group query rows (token r / group, head
  * kvh * group + r % group; ROWS <= R) that share KV head kvh = blockIdx.x,
  * over the positions of split blockIdx.y ([s*split_len, (s+1)*split_len)),
@@ -616,17 +639,45 @@ KUNROLL
  * outputs, so a row of K is one coalesced read. Warp w takes DEC_U
  * positions at a time, the warps taking turns; each keeps an online
  * softmax per row in registers, and the warps' results merge in shared
- * memory. Outputs as k_attn's: OUT with one split, PART otherwise. */
+ * memory. Outputs as k_attn's: OUT with one split, PART otherwise. With
+ * KNEW and VNEW (n rows of kv_dim, positions pos0..), the block whose split
+ * holds a new row's position first stores it in the cache (k_kv_store's
+ * work, in this launch). With ROPE.inv, the queries and the new keys are
+ * rotated here (k_rope's work): Q and KNEW hold them unrotated. */
 template <int KVT, int DPL, int R>
-KGLOBAL void k_attn_dec(const float *__restrict__ q, const void *__restrict__ kc, const void *__restrict__ vc,
-                        int kv_dim, int n, int pos0, const int *dpos, int n_heads, int group, int split_len, int nsplit,
-                        float scale, int window, float *__restrict__ out, float *__restrict__ part, act_view aq) {
+KGLOBAL void k_attn_dec(const float *__restrict__ q, void *kc, void *vc, const float *__restrict__ knew,
+                        const float *__restrict__ vnew, int kv_dim, int n, int pos0, const int *dpos, int n_heads,
+                        int group, int split_len, int nsplit, float scale, int window, float *__restrict__ out,
+                        float *__restrict__ part, act_view aq, rope_in rope) {
     enum { HD = 32 * DPL };
     pos0 = pos_at(pos0, dpos);
     SMEM float sm_o[DEC_WARPS][R * HD];
     SMEM float sm_m[DEC_WARPS][R];
     SMEM float sm_l[DEC_WARPS][R];
+    SMEM float rcs[8][HD / 2]; /* with ROPE: cos and sin of the n <= 8 new positions */
+    SMEM float rsn[8][HD / 2];
     int kvh = blockIdx.x, s = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (rope.inv) {
+        for (int idx = threadIdx.x; idx < n * (HD / 2); idx += blockDim.x) {
+            int t = idx / (HD / 2), k = idx - t * (HD / 2);
+            double th = (double)(pos0 + t) * (double)rope.inv[k];
+            rcs[t][k] = fmul_rn((float)cos(th), rope.mscale);
+            rsn[t][k] = fmul_rn((float)sin(th), rope.mscale);
+        }
+        sync_block();
+    }
+    if (knew) { /* the n new rows of this KV head that fall in this split, stored before they are read */
+        int lo = s * split_len, hi = lo + split_len;
+        for (int idx = threadIdx.x; idx < n * HD; idx += blockDim.x) {
+            int t = idx / HD, p = pos0 + t, e = idx - t * HD;
+            if (p < lo || p >= hi) continue;
+            size_t src = (size_t)t * kv_dim + (size_t)kvh * HD + e, dst = src + (size_t)pos0 * kv_dim;
+            float kx = rope.inv ? rope_elem<HD>(knew + (src - e), e, rcs[t], rsn[t], rope.neox) : knew[src];
+            kv_put<KVT>(kc, dst, kx);
+            kv_put<KVT>(vc, dst, vnew[src]);
+        }
+        sync_block();
+    }
     int rows = n * group;
     int pbeg = s * split_len, pend = pbeg + split_len < pos0 + n ? pbeg + split_len : pos0 + n;
     if (window > 0 && pbeg < pos0 - window + 1) pbeg = pos0 - window + 1; /* before the first row's window */
@@ -635,10 +686,12 @@ KUNROLL
     for (int r = 0; r < R; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
-        const float *qr = q + ((size_t)(r / group) * n_heads + (size_t)kvh * group + r % group) * HD + lane * DPL;
+        const float *qh = q + ((size_t)(r / group) * n_heads + (size_t)kvh * group + r % group) * HD;
+        int t = r / group < 8 ? r / group : 7;
 KUNROLL
         for (int d = 0; d < DPL; d++) {
-            qv[r][d] = r < rows ? qr[d] : 0.0f;
+            int e = lane * DPL + d;
+            qv[r][d] = r >= rows ? 0.0f : rope.inv ? rope_elem<HD>(qh, e, rcs[t], rsn[t], rope.neox) : qh[e];
             o[r][d] = 0.0f;
         }
     }
@@ -2099,13 +2152,18 @@ template <int KVT> static tile_kernel_fn tile_kernel(int hd) {
 
 /* Attention by plan P over a KV cache of type KVT (the K/V rows stored). */
 template <int KVT>
-static void attn_launch(cu_impl *c, const attn_plan &p, const float *q, const kb_kv *cache, int n, int pos0,
-                        const int *dpos, const kb_attn_shape *s, float scale, float *out, float *part, act_view aq) {
+static void attn_launch(cu_impl *c, const attn_plan &p, const float *q, const float *k, const float *v,
+                        const kb_kv *cache, int n, int pos0, const int *dpos, const kb_attn_shape *s, float scale,
+                        float *out, float *part, act_view aq, rope_in rope) {
     int hd = s->head_dim, heads = s->n_heads, group = s->n_heads / s->n_kv_heads, kvd = cache->kv_dim;
-    const void *kc = cache->k, *vc = cache->v;
-    if (p.dec)
-        return dec_launch_hd<KVT>(c, hd, p.dec, dim3((unsigned)s->n_kv_heads, (unsigned)p.nsplit), q, kc, vc, kvd, n,
-                                  pos0, dpos, heads, group, p.split_len, p.nsplit, scale, s->window, out, part, aq);
+    void *kc = cache->k, *vc = cache->v;
+    if (p.dec) /* the new rows stored by the decode kernel itself */
+        return dec_launch_hd<KVT>(c, hd, p.dec, dim3((unsigned)s->n_kv_heads, (unsigned)p.nsplit), q, kc, vc, k, v,
+                                  kvd, n, pos0, dpos, heads, group, p.split_len, p.nsplit, scale, s->window, out, part,
+                                  aq, rope);
+    size_t cnt = (size_t)n * kvd;
+    launch(c, "kv_store", k_kv_store<KVT>, dim3(grid_for(c, cnt, EW_THREADS)), dim3(EW_THREADS), 0, k, v, kc, vc, pos0,
+           dpos, kvd, cnt);
     if (p.bk)
         return launch(c, "attention", tile_kernel<KVT>(hd),
                       dim3((unsigned)((n + TQ - 1) / TQ), (unsigned)heads, (unsigned)p.nsplit), dim3(TILE_THREADS),
@@ -2116,22 +2174,26 @@ static void attn_launch(cu_impl *c, const attn_plan &p, const float *q, const kb
            p.tile, p.split_len, p.nsplit, scale, s->window, out, part);
 }
 
-static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
-                         int n, int pos0, const kb_attn_shape *s) {
-    cu_impl *c = impl_of(kb);
+/* attention, or with ROPE attention_rope: the decode kernel rotates Q and
+ * the new K itself when every dimension rotates; otherwise rope_qk comes
+ * first. */
+static void attention_run(cu_impl *c, float *out, float *q, float *k, const float *v, kb_kv *cache, int n, int pos0,
+                          const kb_attn_shape *s, int rope) {
     if (n <= 0) return;
     int f16 = cache->type == KB_KV_F16, npos = step_npos(c, pos0 + n, cache->n_ctx), rel = pos0;
-    const int *dpos;
-    if (step_pos(c, "attention", &rel, &dpos)) return;
-    size_t cnt = (size_t)n * cache->kv_dim;
-    dim3 g(grid_for(c, cnt, EW_THREADS)), b(EW_THREADS);
-    if (f16)
-        launch(c, "kv_store", k_kv_store<1>, g, b, 0, k, v, cache->k, cache->v, rel, dpos, cache->kv_dim, cnt);
-    else
-        launch(c, "kv_store", k_kv_store<0>, g, b, 0, k, v, cache->k, cache->v, rel, dpos, cache->kv_dim, cnt);
-
     int hd = s->head_dim, heads = s->n_heads;
     attn_plan p = attn_plan_make(c, n, npos, s);
+    rope_in ri = {NULL, 0, 1.0f};
+    if (rope && p.dec && c->sets && (!s->n_rot || s->n_rot == hd) && hd / 2 <= c->inv_cap) {
+        ri.inv = rope_freqs(c, s->inv_freq, hd / 2);
+        if (!ri.inv) return;
+        ri.neox = s->neox;
+        ri.mscale = s->mscale != 0 ? s->mscale : 1.0f;
+    } else if (rope) {
+        cu_rope_qk(c->kb, q, k, n, heads, s->n_kv_heads, s, pos0);
+    }
+    const int *dpos;
+    if (step_pos(c, "attention", &rel, &dpos)) return;
     if (!p.tile) return report(c, "attention", "head size too large for shared memory");
     if (p.part_bytes > c->part.cap) { /* not reserved: no split */
         p.nsplit = 1;
@@ -2143,13 +2205,23 @@ static void cu_attention(kb_backend *kb, float *out, const float *q, const float
     int quant = (p.nsplit > 1 || p.dec) && hd % 32 == 0 && act_fusable(c, n, heads * hd);
     act_view none = {NULL, NULL, NULL}, aq = quant ? act_at(c, (size_t)n, (size_t)heads * hd) : none;
     if (f16)
-        attn_launch<1>(c, p, q, cache, n, rel, dpos, s, scale, out, part, p.nsplit > 1 ? none : aq);
+        attn_launch<1>(c, p, q, k, v, cache, n, rel, dpos, s, scale, out, part, p.nsplit > 1 ? none : aq, ri);
     else
-        attn_launch<0>(c, p, q, cache, n, rel, dpos, s, scale, out, part, p.nsplit > 1 ? none : aq);
+        attn_launch<0>(c, p, q, k, v, cache, n, rel, dpos, s, scale, out, part, p.nsplit > 1 ? none : aq, ri);
     if (p.nsplit > 1)
         launch(c, "attention_combine", k_attn_combine, dim3((unsigned)heads, (unsigned)n),
                dim3(hd >= 128 ? 128 : 32 * ((hd + 31) / 32)), 0, (const float *)part, p.nsplit, heads, hd, out, aq);
     if (quant) act_hold(c, out, n, heads * hd);
+}
+
+static void cu_attention(kb_backend *kb, float *out, const float *q, const float *k, const float *v, kb_kv *cache,
+                         int n, int pos0, const kb_attn_shape *s) {
+    attention_run(impl_of(kb), out, const_cast<float *>(q), const_cast<float *>(k), v, cache, n, pos0, s, 0);
+}
+
+static void cu_attention_rope(kb_backend *kb, float *out, float *q, float *k, const float *v, kb_kv *cache, int n,
+                              int pos0, const kb_attn_shape *s) {
+    attention_run(impl_of(kb), out, q, k, v, cache, n, pos0, s, 1);
 }
 
 static void cu_swiglu(kb_backend *kb, float *gate, const float *up, size_t n) {
@@ -2330,6 +2402,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->add_rmsnorm = cu_add_rmsnorm;
     kb->swiglu_matmul = cu_swiglu_matmul;
     kb->rope_qk = cu_rope_qk;
+    kb->attention_rope = cu_attention_rope;
     kb->weight_upload = cu_weight_upload;
     kb->weight_release = cu_weight_release;
     kb->embed = cu_embed;

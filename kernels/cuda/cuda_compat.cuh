@@ -104,7 +104,13 @@ int emu_shfl_xor_i(int v, int o);
 static inline void sync_block() { emu_sync_block(); }
 static inline float shfl_xor(float v, int o) { return emu_shfl_xor(v, o); }
 static inline int shfl_xor_i(int v, int o) { return emu_shfl_xor_i(v, o); }
-static inline int f2i_rn(float x) { return (int)nearbyintf(x); }
+/* as the device's cvt.rni.s32.f32: NaN gives 0, out of range saturates */
+static inline int f2i_rn(float x) {
+    if (x != x) return 0;
+    if (x >= 2147483647.0f) return 2147483647;
+    if (x <= -2147483648.0f) return -2147483647 - 1;
+    return (int)nearbyintf(x);
+}
 static inline float fmul_rn(float a, float b) { return a * b; }
 static inline float fadd_rn(float a, float b) { return a + b; }
 static inline float fsub_rn(float a, float b) { return a - b; }

@@ -628,7 +628,10 @@ static void check_rope(pair p, int neox, float mscale) {
  * decode steps, whose attention is split over the positions
  * (flash-decoding) and merged. WINDOW > 0: a sliding window of that many
  * positions and a score scale of its own (Gemma's local layers). */
-static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int window, int H, int KVH) {
+/* ROPE: 0, or the queries and keys rotated by attention_rope (1: adjacent
+ * pairs; 2: NeoX pairs, cos and sin scaled by 1.25) on both backends (the
+ * GPU's decode kernel rotates them itself). */
+static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int window, int H, int KVH, int rope) {
     int kvd = KVH * hd, ctx = long_ctx ? 640 : 96;
     int steps[32][2], n_steps = 0;
     if (long_ctx) {
@@ -640,7 +643,7 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
     }
     float inv[512];
     for (int k = 0; k < hd / 2; k++) inv[k] = (float)pow(10000.0, -2.0 * k / hd);
-    kb_attn_shape s = {H, KVH, hd, 0, inv, 0, window ? 0.2f : 0, window, 0};
+    kb_attn_shape s = {H, KVH, hd, rope == 2, inv, rope == 2 ? 1.25f : 0, window ? 0.2f : 0, window, 0};
     size_t kvb = kb_kv_bytes(kt, ctx, kvd);
     kb_kv cg = {p.g->alloc(p.g, kvb), p.g->alloc(p.g, kvb), kt, ctx, kvd, hd};
     kb_kv cc = {p.c->alloc(p.c, kvb), p.c->alloc(p.c, kvb), kt, ctx, kvd, hd};
@@ -681,18 +684,25 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
             ok = 0;
             goto next;
         }
-        p.g->attention(p.g, og, qg, kg, vg, &cg, n, pos0, &s);
+        if (rope)
+            kb_attention_rope(p.g, og, qg, kg, vg, &cg, n, pos0, &s);
+        else
+            p.g->attention(p.g, og, qg, kg, vg, &cg, n, pos0, &s);
         if (proj && n <= 8) {
-            proj_bad += matmul_after(p.g, &pw, og, n, zg, po, pa, pb, hd % 32 == 0);
+            /* the decode kernel (n x H/KVH rows <= 8) quantises its output, always */
+            proj_bad += matmul_after(p.g, &pw, og, n, zg, po, pa, pb, hd % 32 == 0 && n * (H / KVH) <= 8);
             proj_n++;
         }
-        p.c->attention(p.c, oc, qc, kc, vc, &cc, n, pos0, &s);
+        if (rope)
+            kb_attention_rope(p.c, oc, qc, kc, vc, &cc, n, pos0, &s);
+        else
+            p.c->attention(p.c, oc, qc, kc, vc, &cc, n, pos0, &s);
         host_from(p.g, rg, og, nq);
         host_from(p.c, rc, oc, nq);
         double e = rel_err(rg, rc, rc, nq);
         if (!long_ctx || e > 1e-5)
-            CHECK(e <= 1e-5, TAG ": attention (KV %s, head size %d, %d/%d heads, window %d) %d queries at %d (error %.2g)",
-                  kt == KB_KV_F16 ? "F16" : "F32", hd, H, KVH, window, n, pos0, e);
+            CHECK(e <= 1e-5, TAG ": attention%s (KV %s, head size %d, %d/%d heads, window %d) %d queries at %d (error %.2g)",
+                  rope ? " with RoPE" : "", kt == KB_KV_F16 ? "F16" : "F32", hd, H, KVH, window, n, pos0, e);
         worst = e > worst ? e : worst;
         ok = e <= 1e-5;
     next:
@@ -711,12 +721,13 @@ static void check_attention(pair p, kb_kv_type kt, int hd, int long_ctx, int win
         free(rc);
     }
     if (long_ctx && ok)
-        CHECK(1, TAG ": attention (KV %s, head size %d, %d/%d heads, window %d) over 580 positions: 9 prompt chunks of "
-                     "64, 4 split decode steps (worst error %.2g)",
-              kt == KB_KV_F16 ? "F16" : "F32", hd, H, KVH, window, worst);
+        CHECK(1, TAG ": attention%s (KV %s, head size %d, %d/%d heads, window %d) over 580 positions: 9 prompt chunks "
+                     "of 64, 4 split decode steps (worst error %.2g)",
+              rope ? " with RoPE" : "", kt == KB_KV_F16 ? "F16" : "F32", hd, H, KVH, window, worst);
     CHECK(proj && proj_n > 0 && !proj_bad,
           TAG ": attention (head size %d, %d/%d heads) then a Q8_0 projection, %d decode steps: %s, bit for bit (%d differ)",
-          hd, H, KVH, proj_n, hd % 32 == 0 ? "attention quantises its output for it, a launch fewer" : "no fusion", proj_bad);
+          hd, H, KVH, proj_n, hd % 32 == 0 ? "the decode kernel quantises its output for it, a launch fewer" : "no fusion",
+          proj_bad);
     if (pw.dev) p.g->weight_release(p.g, &pw);
     p.g->free(p.g, zg);
     p.g->free(p.g, po);
@@ -1086,17 +1097,20 @@ static void model_check(pair p, const char *path, int greedy_too) {
         e = run_model(p, &mg, &mc, mask, KB_KV_F32, 12, 2, tol, &masked, &same);
         CHECK(e <= tol && same, TAG ": %s: layer 1 skipped, equal to the CPU with the same mask (error %.2g, tolerance %.0e)",
               base, e, tol);
-        uint8_t none[256];
+        uint8_t none[256], two[256];
         memset(none, 0, sizeof none);
-        uint64_t l_none = 0, full5 = 0, masked5 = 0;
+        memcpy(two, mask, sizeof two);
+        two[2] = 0;
+        uint64_t l_none = 0, full5 = 0, masked5 = 0, two5 = 0;
         run_model(p, &mg, &mc, none, KB_KV_F32, 5, 0, tol, &l_none, &same);
         run_model(p, &mg, &mc, NULL, KB_KV_F32, 5, 0, tol, &full5, &same);
         run_model(p, &mg, &mc, mask, KB_KV_F32, 5, 0, tol, &masked5, &same);
-        uint64_t per_layer = (full5 - l_none) / (uint64_t)m->n_layers;
-        CHECK(full5 > l_none && (full5 - l_none) % (uint64_t)m->n_layers == 0 && masked5 == full5 - per_layer,
-              TAG ": %s: a skipped layer launches nothing (%llu launches with no layer, %llu at full depth, %llu with "
-                  "one layer skipped)",
-              base, (unsigned long long)l_none, (unsigned long long)full5, (unsigned long long)masked5);
+        run_model(p, &mg, &mc, two, KB_KV_F32, 5, 0, tol, &two5, &same);
+        CHECK(full5 > masked5 && full5 - masked5 == masked5 - two5 && two5 > l_none,
+              TAG ": %s: a skipped layer launches nothing: each saves the same launches (%llu launches with no layer, "
+                  "%llu at full depth, %llu with one layer skipped, %llu with two)",
+              base, (unsigned long long)l_none, (unsigned long long)full5, (unsigned long long)masked5,
+              (unsigned long long)two5);
         kv_check(p, &mg, mask, base);
     }
     if (greedy_too) greedy_check(p, &mg, &mc, m->n_layers >= 3 ? mask : NULL, base);
@@ -1274,14 +1288,15 @@ static void run_all(kb_backend *g, const char *models) {
          * 8 rows a block, 4 for 256) and the tiled prompt kernel's (64, 128) */
         static const struct {
             kb_kv_type kt;
-            int hd, long_ctx, window, h, kvh;
-        } att[] = {{KB_KV_F32, 16, 0, 0, 4, 2},   {KB_KV_F16, 16, 0, 0, 4, 2},    {KB_KV_F32, 64, 0, 0, 4, 2},
-                   {KB_KV_F16, 128, 0, 0, 4, 2},  {KB_KV_F32, 64, 1, 0, 4, 2},    {KB_KV_F16, 128, 1, 0, 4, 2},
-                   {KB_KV_F32, 64, 0, 24, 4, 2},  {KB_KV_F16, 128, 1, 100, 4, 2}, {KB_KV_F32, 32, 1, 0, 8, 1},
-                   {KB_KV_F16, 64, 0, 0, 2, 2},   {KB_KV_F16, 128, 1, 0, 16, 2},  {KB_KV_F16, 256, 1, 0, 8, 2},
-                   {KB_KV_F32, 256, 0, 40, 4, 2}};
+            int hd, long_ctx, window, h, kvh, rope;
+        } att[] = {{KB_KV_F32, 16, 0, 0, 4, 2, 0},   {KB_KV_F16, 16, 0, 0, 4, 2, 0},    {KB_KV_F32, 64, 0, 0, 4, 2, 0},
+                   {KB_KV_F16, 128, 0, 0, 4, 2, 0},  {KB_KV_F32, 64, 1, 0, 4, 2, 0},    {KB_KV_F16, 128, 1, 0, 4, 2, 0},
+                   {KB_KV_F32, 64, 0, 24, 4, 2, 0},  {KB_KV_F16, 128, 1, 100, 4, 2, 0}, {KB_KV_F32, 32, 1, 0, 8, 1, 0},
+                   {KB_KV_F16, 64, 0, 0, 2, 2, 0},   {KB_KV_F16, 128, 1, 0, 16, 2, 0},  {KB_KV_F16, 256, 1, 0, 8, 2, 0},
+                   {KB_KV_F32, 256, 0, 40, 4, 2, 0},  {KB_KV_F16, 128, 1, 0, 16, 2, 1}, {KB_KV_F32, 64, 0, 24, 4, 2, 2},
+                   {KB_KV_F16, 32, 0, 0, 8, 1, 1}, {KB_KV_F16, 256, 1, 0, 8, 2, 2}};
         for (size_t i = 0; i < sizeof att / sizeof *att; i++)
-            check_attention(p, att[i].kt, att[i].hd, att[i].long_ctx, att[i].window, att[i].h, att[i].kvh);
+            check_attention(p, att[i].kt, att[i].hd, att[i].long_ctx, att[i].window, att[i].h, att[i].kvh, att[i].rope);
         void *big = g->alloc(g, (size_t)1 << 62);
         CHECK(big == NULL, TAG ": alloc of 4 EiB returns NULL");
         g->free(g, NULL);

@@ -109,9 +109,9 @@ void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n,
  * only those it computes too: the draft model of lossless decoding, which
  * writes the KV of those layers only; the verification that follows
  * rewrites every layer's KV at those positions), then the logits of
- * rows [r0, r0+nl) into HOST_OUT, as model_embed, model_forward_layers (or
- * _draft) and model_logits would; the backend gets it as one step
- * (kb_step_begin: a recording it may replay) when n and nl fit one. */
+ * rows [r0, r0+nl) into HOST_OUT, as model_embed, model_forward_layers and
+ * model_logits would; the backend gets it as one step (kb_step_begin: a
+ * recording it may replay) when n and nl fit one. */
 void model_decode(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
                   const uint8_t *draft, int r0, int nl, float *host_out);
 

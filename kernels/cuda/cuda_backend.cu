@@ -66,8 +66,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <functional>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/cuda_compat.cuh"
@@ -984,6 +984,35 @@ struct cu_buf {
 
 enum { STEP_GRAPHS = 16 };
 
+/* Deferred launches: closures (trivially copyable: the launch's arguments
+ * by value) laid out in one byte arena, each run through its own
+ * function, so that recording a launch allocates nothing once the arena
+ * has grown. */
+struct cu_ops {
+    struct op {
+        void (*run)(const void *);
+        size_t off;
+    };
+    std::vector<unsigned char> arena;
+    std::vector<op> list;
+    void clear() {
+        arena.clear();
+        list.clear();
+    }
+    /* Appends F (at a multiple of 16 bytes: the arena's data is aligned
+     * as operator new aligns); throws std::bad_alloc. */
+    template <typename F> void add(const F &f) {
+        static_assert(std::is_trivially_copyable<F>::value && alignof(F) <= 16, "a deferred launch is copied as bytes");
+        size_t off = (arena.size() + 15) / 16 * 16;
+        list.push_back(op{[](const void *p) { (*static_cast<const F *>(p))(); }, off});
+        arena.resize(off + sizeof(F));
+        memcpy(arena.data() + off, static_cast<const void *>(&f), sizeof(F));
+    }
+    void run() const {
+        for (const op &o : list) o.run(arena.data() + o.off);
+    }
+};
+
 /* A decode step seen before: the bytes of its calls (kernels, shapes,
  * arguments, positions as offsets from the step's) and, from its second
  * time on, its graph. */
@@ -992,7 +1021,7 @@ struct cu_graph {
     unsigned long long last = 0; /* the step it was last used in (the least recent goes first) */
     bool ready = false;          /* the graph exists */
 #ifdef ILPD_CUDA_EMU
-    std::vector<std::function<void()>> ops; /* the emulation's graph: the launches themselves */
+    cu_ops ops; /* the emulation's graph: the launches themselves */
 #else
     cudaGraphExec_t exec = nullptr;
 #endif
@@ -1005,7 +1034,7 @@ struct cu_steps {
     int pos0 = 0, ntok = 0;
     unsigned slots = 0;                     /* the RoPE frequency slots this step reads */
     std::vector<unsigned char> key;         /* its calls so far */
-    std::vector<std::function<void()>> ops; /* its launches, deferred */
+    cu_ops ops;                             /* its launches, deferred */
     cu_graph graphs[STEP_GRAPHS];
     unsigned long long count = 0, captured = 0, replayed = 0;
     int32_t *host = nullptr; /* [1 + KB_STEP_ROWS]: the step's position, then its tokens (pinned) */
@@ -1190,7 +1219,7 @@ static int graph_capture(cu_impl *c, cu_graph *g) {
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
         c->capturing = 1;
-        for (auto &op : c->st->ops) op();
+        c->st->ops.run();
         c->capturing = 0;
         e = cudaStreamEndCapture(c->stream, &graph);
     }
@@ -1320,11 +1349,12 @@ static int graph_capture(cu_impl *c, cu_graph *g) {
 
 static void graph_launch(cu_impl *c, cu_graph *g) {
     (void)c;
-    for (auto &op : g->ops) op();
+    g->ops.run();
 }
 
 static void graph_drop(cu_graph *g) {
-    std::vector<std::function<void()>>().swap(g->ops);
+    std::vector<unsigned char>().swap(g->ops.arena);
+    std::vector<cu_ops::op>().swap(g->ops.list);
     g->ready = false;
 }
 
@@ -1361,7 +1391,7 @@ static void step_record(cu_impl *c, const char *what, void (*k)(P...), dim3 g, d
         key_put(key, b);
         key_put(key, smem);
         (key_put(key, a), ...);
-        c->st->ops.push_back([=]() { rt_launch(c, what, k, g, b, smem, a...); });
+        c->st->ops.add([=]() { rt_launch(c, what, k, g, b, smem, a...); });
     } catch (const std::bad_alloc &) {
         report(c, what, "out of host memory recording the decode step");
     }
@@ -1420,8 +1450,7 @@ static void cu_step_begin(kb_backend *kb, int pos0) {
 static cu_graph *step_find(cu_steps *st) {
     for (int i = 0; i < STEP_GRAPHS; i++) {
         cu_graph *g = &st->graphs[i];
-        if (g->key.size() == st->key.size() && !g->key.empty() && !memcmp(g->key.data(), st->key.data(), st->key.size()))
-            return g;
+        if (!g->key.empty() && g->key == st->key) return g;
     }
     return NULL;
 }
@@ -1464,7 +1493,7 @@ static void cu_step_end(kb_backend *kb) {
         return graph_launch(c, g);
     }
     if (!g) step_remember(st);
-    for (auto &op : st->ops) op();
+    st->ops.run();
 }
 
 /* Grows BUF to at least BYTES (by half again at least, so that a slowly

@@ -43,8 +43,8 @@
 # it has numpy, else python3), REBUILD (1: build even with .gpu-bin),
 # LLAMA_CPP, LLAMA_BENCH, BEFORE (1: each file also at full depth with the kernels of before
 # 2026-12-07, switched back by ILPD_CUDA_ATTN_BASIC=1 ILPD_CUDA_MV_WARPS=1 ILPD_CUDA_SETS=0
-# ILPD_CUDA_PROMPT_ROWS=64 ILPD_CUDA_GRAPHS=0, for the gain of each run's kernels on the same GPU;
-# 0: not).
+# ILPD_CUDA_PROMPT_ROWS=64 ILPD_CUDA_GRAPHS=0 (the residual additions fused with the RMSNorms
+# stay), for the gain of each run's kernels on the same GPU; 0: not).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 START=$(date +%s)

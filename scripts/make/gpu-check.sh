@@ -249,6 +249,11 @@ for r in rows:
         r["type"], "full" if r["mask"] == "full" else "skip25", "%d/%d" % (r["layers"], r["n_layers"]),
         r["gen_tok_s"], r["ttft_ms"], r["prefill_tok_s"], r["mem_used_bytes"] / 2**30,
         b.get("read_gbs", 0), b.get("copy_gbs", 0), r["roofline_tok_s"], r["roofline_ratio"]))
+for r in rows:
+    if r["what"] == "run" and r["mask"] != "warm-up" and not r.get("before") and "graph_replays" in r:
+        print("%s %s: %d of %d generated tokens replayed a CUDA graph (%d captured)" % (
+            r["type"], "full" if r["mask"] == "full" else "skip25", r["graph_replays"], r["gen_tokens"],
+            r["graphs_captured"]))
 for t, l in load.items():
     print("%s: %.2f GB of weights loaded in %.1f s on %s; device memory after load %.1f GiB" % (
         t, l["weight_bytes"] / 1e9, l["load_s"], l["device"], l["mem_used_bytes"] / 2**30))

@@ -208,8 +208,10 @@ static int memory_fit(engine *e, int *n_ctx, const char *path, char *err, size_t
 
 /* --device auto: gives the GPU up for the CPU, logging why (ERR: the
  * model, or a request of any context, does not fit the GPU) and loading
- * the model again. 0, or -1 with err set. */
+ * the model again. 0, or -1 with err set (also when the device was not
+ * chosen automatically or is the CPU already: ERR stays). */
 static int use_cpu(engine *e, const engine_params *p, char *err, size_t errlen) {
+    if (p->device != ENGINE_DEVICE_AUTO || !strncmp(e->kb->name, "cpu", 3)) return -1;
     log_msg(LOG_WARN, "backend", "%s; using the CPU", err);
     model_free(&e->model, e->kb);
     e->kb->destroy(e->kb);
@@ -232,7 +234,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     e->kb = backend_create(p, err, errlen);
     if (!e->kb) goto fail;
     if (model_load(&e->model, e->gguf, e->kb, err, errlen)) { /* --device auto: a model that does not fit the GPU */
-        if (p->device != ENGINE_DEVICE_AUTO || !strncmp(e->kb->name, "cpu", 3) || use_cpu(e, p, err, errlen)) goto fail;
+        if (use_cpu(e, p, err, errlen)) goto fail;
     }
     e->vocab = tok_vocab_load(e->gguf, err, errlen);
     if (!e->vocab) goto fail;
@@ -283,9 +285,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     in->n_ctx_train = m->n_ctx_train;
     in->n_ctx = context_size(p, m, e->kv_type);
     if (memory_fit(e, &in->n_ctx, p->model_path, err, errlen)) { /* --device auto: no room left on the GPU */
-        if (p->device != ENGINE_DEVICE_AUTO || !strncmp(e->kb->name, "cpu", 3) || use_cpu(e, p, err, errlen) ||
-            memory_fit(e, &in->n_ctx, p->model_path, err, errlen))
-            goto fail;
+        if (use_cpu(e, p, err, errlen) || memory_fit(e, &in->n_ctx, p->model_path, err, errlen)) goto fail;
         in->device_name = e->kb->name;
     }
     model_set_context(&e->model, in->n_ctx); /* LongRoPE picks its factors by the context served */

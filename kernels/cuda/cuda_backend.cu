@@ -434,6 +434,18 @@ KGLOBAL void k_rmsnorm(float *x, const float *y, const float *__restrict__ g, in
  * before each replay), *DPOS + POS0. */
 KDEV int pos_at(int pos0, const int *dpos) { return dpos ? *dpos + pos0 : pos0; }
 
+/* RoPE as the CPU computes it: the cos and sin of position POS at inverse
+ * frequency INV (in double), scaled by MSCALE; and element A (FIRST) or B
+ * of the pair (X0, X1) = (x[a], x[b]) rotated by them. */
+KDEV void rope_cs(int pos, float inv, float mscale, float *cs, float *sn) {
+    double th = (double)pos * (double)inv;
+    *cs = fmul_rn((float)cos(th), mscale);
+    *sn = fmul_rn((float)sin(th), mscale);
+}
+KDEV float rope_rot(float x0, float x1, float cs, float sn, bool first) {
+    return first ? fsub_rn(fmul_rn(x0, cs), fmul_rn(x1, sn)) : fadd_rn(fmul_rn(x0, sn), fmul_rn(x1, cs));
+}
+
 /* One block per row (position pos0 + row, pos_at): rotates the first NROT
  * dimensions of every head of HD (the rest pass through), the N_HEADS of X
  * and then the N_HEADS2 of X2 (the keys with the queries: 0 for none). */
@@ -443,11 +455,8 @@ KGLOBAL void k_rope(float *__restrict__ x, int n_heads, float *__restrict__ x2, 
     SMEM float sn[512];
     int half = nrot / 2;
     pos0 = pos_at(pos0, dpos);
-    for (int k = threadIdx.x; k < half; k += blockDim.x) {
-        double th = (double)(pos0 + (int)blockIdx.x) * (double)inv_freq[k];
-        cs[k] = fmul_rn((float)cos(th), mscale);
-        sn[k] = fmul_rn((float)sin(th), mscale);
-    }
+    for (int k = threadIdx.x; k < half; k += blockDim.x)
+        rope_cs(pos0 + (int)blockIdx.x, inv_freq[k], mscale, &cs[k], &sn[k]);
     sync_block();
     float *xr = x + (size_t)blockIdx.x * n_heads * hd, *xr2 = x2 ? x2 + (size_t)blockIdx.x * n_heads2 * hd : NULL;
     for (int idx = threadIdx.x; idx < (n_heads + n_heads2) * half; idx += blockDim.x) {
@@ -455,8 +464,8 @@ KGLOBAL void k_rope(float *__restrict__ x, int n_heads, float *__restrict__ x2, 
         float *v = h < n_heads ? xr + (size_t)h * hd : xr2 + (size_t)(h - n_heads) * hd;
         int a = neox ? k : 2 * k, b = neox ? k + half : 2 * k + 1;
         float x0 = v[a], x1 = v[b];
-        v[a] = fsub_rn(fmul_rn(x0, cs[k]), fmul_rn(x1, sn[k]));
-        v[b] = fadd_rn(fmul_rn(x0, sn[k]), fmul_rn(x1, cs[k]));
+        v[a] = rope_rot(x0, x1, cs[k], sn[k], true);
+        v[b] = rope_rot(x0, x1, cs[k], sn[k], false);
     }
 }
 
@@ -621,12 +630,11 @@ struct rope_in {
 };
 
 /* Element E of the head X (HD values) rotated as k_rope rotates it, by its
- * position's CS and SN (HD/2 each, as k_rope computes them). */
+ * position's CS and SN (HD/2 each, rope_cs). */
 template <int HD> KDEV float rope_elem(const float *x, int e, const float *cs, const float *sn, int neox) {
     int half = HD / 2, k = neox ? (e < half ? e : e - half) : e / 2;
     int a = neox ? k : 2 * k, b = neox ? k + half : 2 * k + 1;
-    float x0 = x[a], x1 = x[b];
-    return e == a ? fsub_rn(fmul_rn(x0, cs[k]), fmul_rn(x1, sn[k])) : fadd_rn(fmul_rn(x0, sn[k]), fmul_rn(x1, cs[k]));
+    return rope_rot(x[a], x[b], cs[k], sn[k], e == a);
 }
 
 /* Decode attention: the ROWS = n * group query rows (token r / group, head
@@ -660,9 +668,7 @@ KGLOBAL void k_attn_dec(const float *__restrict__ q, void *kc, void *vc, const f
     if (rope.inv) {
         for (int idx = threadIdx.x; idx < n * (HD / 2); idx += blockDim.x) {
             int t = idx / (HD / 2), k = idx - t * (HD / 2);
-            double th = (double)(pos0 + t) * (double)rope.inv[k];
-            rcs[t][k] = fmul_rn((float)cos(th), rope.mscale);
-            rsn[t][k] = fmul_rn((float)sin(th), rope.mscale);
+            rope_cs(pos0 + t, rope.inv[k], rope.mscale, &rcs[t][k], &rsn[t][k]);
         }
         sync_block();
     }
@@ -687,7 +693,7 @@ KUNROLL
         m[r] = -INFINITY;
         l[r] = 0.0f;
         const float *qh = q + ((size_t)(r / group) * n_heads + (size_t)kvh * group + r % group) * HD;
-        int t = r / group < 8 ? r / group : 7;
+        int t = r / group; /* < 8: R <= 8 */
 KUNROLL
         for (int d = 0; d < DPL; d++) {
             int e = lane * DPL + d;
@@ -983,6 +989,7 @@ struct cu_buf {
 };
 
 enum { STEP_GRAPHS = 16 };
+static const size_t STEP_BYTES = (1 + KB_STEP_ROWS) * sizeof(int32_t); /* a step's position and tokens */
 
 /* Deferred launches: closures (trivially copyable: the launch's arguments
  * by value) laid out in one byte arena, each run through its own
@@ -1187,9 +1194,8 @@ static int blas_hgemm(cu_impl *c, int m, int n, int k, const uint16_t *a, int ld
 /* The step buffers: the position and tokens in pinned host memory, their
  * device copy, the event of the last copy. 0 or -1. */
 static int step_alloc(cu_impl *c, cu_steps *st) {
-    size_t bytes = (1 + KB_STEP_ROWS) * sizeof(int32_t);
-    if (cudaMallocHost(&st->host, bytes) != cudaSuccess) st->host = nullptr;
-    st->dev = static_cast<int32_t *>(rt_malloc(c, bytes));
+    if (cudaMallocHost(&st->host, STEP_BYTES) != cudaSuccess) st->host = nullptr;
+    st->dev = static_cast<int32_t *>(rt_malloc(c, STEP_BYTES));
     if (cudaEventCreateWithFlags(&st->copied, cudaEventDisableTiming) != cudaSuccess) st->copied = nullptr;
     cudaGetLastError();
     return st->host && st->dev && st->copied ? 0 : -1;
@@ -1320,9 +1326,8 @@ static int blas_hgemm(cu_impl *c, int m, int n, int k, const uint16_t *a, int ld
 
 /* The emulation's step buffers: host memory both. */
 static int step_alloc(cu_impl *c, cu_steps *st) {
-    size_t bytes = (1 + KB_STEP_ROWS) * sizeof(int32_t);
-    st->host = static_cast<int32_t *>(malloc(bytes));
-    st->dev = static_cast<int32_t *>(rt_malloc(c, bytes));
+    st->host = static_cast<int32_t *>(malloc(STEP_BYTES));
+    st->dev = static_cast<int32_t *>(rt_malloc(c, STEP_BYTES));
     return st->host && st->dev ? 0 : -1;
 }
 
@@ -1430,6 +1435,16 @@ static int step_npos(const cu_impl *c, int npos, int n_ctx) {
     int p = 256;
     while (p < npos) p *= 2;
     return p < n_ctx ? p : n_ctx > npos ? n_ctx : npos;
+}
+
+/* Drops the graphs and frees the step buffers (C has no graphs after). */
+static void steps_free(cu_impl *c) {
+    if (!c->st) return;
+    for (int i = 0; i < STEP_GRAPHS; i++) graph_drop(&c->st->graphs[i]);
+    step_release(c, c->st);
+    delete c->st;
+    c->st = NULL;
+    c->graphs = 0;
 }
 
 static void cu_step_begin(kb_backend *kb, int pos0) {
@@ -2077,9 +2092,7 @@ static void cu_swiglu_matmul(kb_backend *kb, float *out, const kb_weight *w, flo
     if (n <= 0) return;
     kb_weight dw = *w;
     dw.type = dev_type(w);
-    if (w->dev && c->sets && !c->ref && !use_gemm(c, n) && is_quant(dw.type) &&
-        act_bytes((size_t)n, (size_t)dw.cols) <= c->act.cap)
-        return matmul_own(c, &out, &dw, 1, gate, up, n);
+    if (w->dev && is_quant(dw.type) && act_fusable(c, n, dw.cols)) return matmul_own(c, &out, &dw, 1, gate, up, n);
     cu_swiglu(kb, gate, up, (size_t)n * w->cols);
     cu_matmul(kb, out, w, gate, n);
 }
@@ -2288,11 +2301,7 @@ static void cu_destroy(kb_backend *kb) {
     cu_impl *c = impl_of(kb);
     if (c) {
         rt_sync(c);
-        if (c->st) {
-            for (int i = 0; i < STEP_GRAPHS; i++) graph_drop(&c->st->graphs[i]);
-            step_release(c, c->st);
-            delete c->st;
-        }
+        steps_free(c);
         cu_buf *bufs[] = {&c->act, &c->x16, &c->w16, &c->part, &c->ids};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rt_free(c, bufs[i]->p);
         rt_free(c, c->inv_dev);
@@ -2407,10 +2416,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     if (c->graphs) {
         c->st = new (std::nothrow) cu_steps;
         if (!c->st || step_alloc(c, c->st)) {
-            if (c->st) step_release(c, c->st);
-            delete c->st;
-            c->st = NULL;
-            c->graphs = 0;
+            steps_free(c);
             kb_warn("cuda", "no memory for the decode steps' buffers: no CUDA graphs");
         }
     }

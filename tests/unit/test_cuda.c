@@ -1119,6 +1119,22 @@ static void model_check(pair p, const char *path, int greedy_too) {
 }
 
 #ifdef CUDA_EMU
+/* An emulated backend with BYTES of device memory and, with M, F's model
+ * loaded on it; NULL with ERR set (nothing left allocated) when either
+ * fails. */
+static kb_backend *emu_budget(size_t bytes, gguf_file *f, model *m, char *err, size_t errlen) {
+    char budget[32];
+    snprintf(budget, sizeof budget, "%zu", bytes);
+    setenv("ILPD_CUDA_EMU_MEM", budget, 1);
+    kb_backend *g = kb_cuda_emu_create(0, err, errlen);
+    unsetenv("ILPD_CUDA_EMU_MEM");
+    if (g && m && model_load(m, f, g, err, errlen)) {
+        g->destroy(g);
+        return NULL;
+    }
+    return g;
+}
+
 /* The context fitted to the free device memory (engine_open's cap): on a
  * fresh backend with a 64 MiB budget, model_state_bytes is what
  * model_state_init takes (to the backend's 256-byte rounding of each
@@ -1132,12 +1148,9 @@ static void fit_check(const char *path) {
         return;
     }
     model m;
-    setenv("ILPD_CUDA_EMU_MEM", "67108864", 1);
-    kb_backend *g = kb_cuda_emu_create(0, err, sizeof err);
-    unsetenv("ILPD_CUDA_EMU_MEM");
-    if (!g || model_load(&m, f, g, err, sizeof err)) {
+    kb_backend *g = emu_budget((size_t)64 << 20, f, &m, err, sizeof err);
+    if (!g) {
         CHECK(0, TAG ": load %s within a 64 MiB budget: %s", path, err);
-        if (g) g->destroy(g);
         gguf_close(f);
         return;
     }
@@ -1168,17 +1181,14 @@ static void fit_check(const char *path) {
  * but not for a huge context refuses the request state (and frees the
  * layers it had). Emulation only: the budget is ILPD_CUDA_EMU_MEM. */
 static void oom_check(const char *path) {
-    char err[512] = "", budget[32];
+    char err[512] = "";
     gguf_file *f = gguf_open(path, err, sizeof err);
     if (!f) {
         CHECK(0, TAG ": out of memory checks: %s", err);
         return;
     }
     model m;
-    snprintf(budget, sizeof budget, "%d", 300 * 1024);
-    setenv("ILPD_CUDA_EMU_MEM", budget, 1);
-    kb_backend *g = kb_cuda_emu_create(0, err, sizeof err);
-    unsetenv("ILPD_CUDA_EMU_MEM");
+    kb_backend *g = emu_budget(300 * 1024, f, NULL, err, sizeof err);
     if (!g) {
         CHECK(0, TAG ": create a backend with a 300 KiB budget: %s", err);
         gguf_close(f);
@@ -1191,13 +1201,9 @@ static void oom_check(const char *path) {
     if (rc == 0) model_free(&m, g);
     g->destroy(g);
 
-    snprintf(budget, sizeof budget, "%d", 4 * 1024 * 1024);
-    setenv("ILPD_CUDA_EMU_MEM", budget, 1);
-    g = kb_cuda_emu_create(0, err, sizeof err);
-    unsetenv("ILPD_CUDA_EMU_MEM");
-    if (!g || model_load(&m, f, g, err, sizeof err)) {
+    g = emu_budget((size_t)4 << 20, f, &m, err, sizeof err);
+    if (!g) {
         CHECK(0, TAG ": load %s within a 4 MiB budget: %s", path, err);
-        if (g) g->destroy(g);
         gguf_close(f);
         return;
     }

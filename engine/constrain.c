@@ -260,21 +260,10 @@ static int allowed(const constrain *c, int32_t tok) {
     return grammar_token_ok(c->st, c->gv, tok);
 }
 
-int32_t constrain_sample(constrain *c, sampler *s, const float *logits) {
-    if (!c || !c->st) return sampler_sample(s, logits);
-    double t0 = now_ms();
-    int32_t tok;
-    if (ended(c)) {
-        tok = tok_eos(c->tv);
-        goto out;
-    }
-    tok = sampler_sample(s, logits);
-    if (allowed(c, tok)) goto out;
+/* Masks LOGITS to the tokens the grammar allows and draws from them. */
+static int32_t masked_draw(constrain *c, sampler *s, const float *logits) {
     c->n_masks++;
-    if (grammar_token_mask(c->st, c->gv, c->allowed) < 0) {
-        tok = -1;
-        goto out;
-    }
+    if (grammar_token_mask(c->st, c->gv, c->allowed) < 0) return -1;
     int any = 0, done = grammar_state_done(c->st);
     for (int i = 0; i < c->n_vocab; i++) {
         int ok = c->allowed[i] || (done && tok_is_eog(c->tv, i));
@@ -282,8 +271,31 @@ int32_t constrain_sample(constrain *c, sampler *s, const float *logits) {
         any |= ok;
     }
     /* no token can go on (a vocabulary without the bytes the grammar needs): end */
-    tok = any ? sampler_sample(s, c->masked) : tok_eos(c->tv);
-out:
+    return any ? sampler_sample(s, c->masked) : tok_eos(c->tv);
+}
+
+int32_t constrain_sample(constrain *c, sampler *s, const float *logits) {
+    if (!c || !c->st) return sampler_sample(s, logits);
+    double t0 = now_ms();
+    int32_t tok = ended(c) ? tok_eos(c->tv) : sampler_sample(s, logits);
+    if (!ended(c) && !allowed(c, tok)) tok = masked_draw(c, s, logits);
+    c->ms += now_ms() - t0;
+    return tok;
+}
+
+int32_t constrain_picked(constrain *c, sampler *s, int32_t picked) {
+    if (c && c->st && ended(c)) return tok_eos(c->tv);
+    sampler_took(s);
+    if (!c || !c->st) return picked;
+    double t0 = now_ms();
+    int ok = allowed(c, picked);
+    c->ms += now_ms() - t0;
+    return ok ? picked : CONSTRAIN_REDRAW;
+}
+
+int32_t constrain_redraw(constrain *c, sampler *s, const float *logits) {
+    double t0 = now_ms();
+    int32_t tok = masked_draw(c, s, logits);
     c->ms += now_ms() - t0;
     return tok;
 }

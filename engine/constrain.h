@@ -53,6 +53,17 @@ void constrain_free(constrain *c);
  * constraint (C NULL: plain sampling). Returns the id, or -1 when out of
  * memory. */
 int32_t constrain_sample(constrain *c, sampler *s, const float *logits);
+/* constrain_sample when the first draw, PICKED, was made elsewhere (the
+ * backend's pick) with the sampler's next uniform (sampler_peek): uses that
+ * uniform up as constrain_sample would and returns PICKED when the
+ * constraint allows it (or C is NULL), the end token when the grammar has
+ * ended (no uniform used), or CONSTRAIN_REDRAW: the caller hands the
+ * logits to constrain_redraw, which draws from the allowed tokens. */
+#define CONSTRAIN_REDRAW (-2)
+int32_t constrain_picked(constrain *c, sampler *s, int32_t picked);
+/* The draw from the allowed tokens of LOGITS after constrain_picked said
+ * CONSTRAIN_REDRAW; the id, or -1 when out of memory. */
+int32_t constrain_redraw(constrain *c, sampler *s, const float *logits);
 /* The answer grew by token TOK whose bytes are PIECE[0..N). Returns 0, or
  * -1 (a token the grammar refuses, out of memory). */
 int constrain_accept(constrain *c, int32_t tok, const char *piece, size_t n);

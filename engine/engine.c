@@ -80,7 +80,6 @@ static void backend_warning(const char *event, const char *msg) { log_msg(LOG_WA
 
 static kb_backend *backend_create(const engine_params *p, char *err, size_t errlen) {
     char cuda_err[256] = "";
-    kb_set_logger(backend_warning);
     if (p->device != ENGINE_DEVICE_CPU) {
         kb_backend *kb = kb_cuda_create(0, cuda_err, sizeof cuda_err);
         if (kb) {
@@ -226,12 +225,15 @@ static int use_cpu(engine *e, const engine_params *p, char *err, size_t errlen) 
 engine *engine_open(const engine_params *p, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
+        if (p->backend) p->backend->destroy(p->backend);
         snprintf(err, errlen, "%s: out of memory", p->model_path);
         return NULL;
     }
+    kb_set_logger(backend_warning);
+    e->kb = p->backend;
     e->gguf = gguf_open(p->model_path, err, errlen);
     if (!e->gguf) goto fail;
-    e->kb = backend_create(p, err, errlen);
+    if (!e->kb) e->kb = backend_create(p, err, errlen);
     if (!e->kb) goto fail;
     if (model_load(&e->model, e->gguf, e->kb, err, errlen)) { /* --device auto: a model that does not fit the GPU */
         if (use_cpu(e, p, err, errlen)) goto fail;
@@ -483,14 +485,20 @@ static int time_rows(engine *e, int pos, const int *sizes, int n_sizes, int reps
     if (pos < 1 || pos + max > e->info.n_ctx || reps < 1) return -1;
     int32_t *ctx = calloc((size_t)pos, sizeof *ctx);
     float *logits = malloc((size_t)KB_EXACT_ROWS * m->n_vocab * sizeof *logits);
+    kb_pick picks[KB_EXACT_ROWS];
+    const kb_pick_params greedy = {0, m->n_vocab, 1};
     kb_error_clear(e->kb);
     if (!ctx || !logits || model_state_init(&st, m, e->kb, pos + max, pos, NULL, e->kv_type, err, sizeof err)) goto done;
+    int pick = model_can_pick(m, e->kb) && max <= st.logit_rows; /* as greedy decoding runs: the backend picks */
     model_embed(m, e->kb, &st, ctx, pos);
     model_forward_layers(m, e->kb, &st, pos, 0, 0, m->n_layers);
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < n_sizes; i++) {
             double t = now_ms();
-            for (int j = 0; j < reps; j++) model_decode(m, e->kb, &st, tokens, sizes[i], pos, NULL, 0, sizes[i], logits);
+            for (int j = 0; j < reps; j++) {
+                if (pick) model_decode_pick(m, e->kb, &st, tokens, sizes[i], pos, NULL, 0, sizes[i], &greedy, NULL, picks);
+                else model_decode(m, e->kb, &st, tokens, sizes[i], pos, NULL, 0, sizes[i], logits);
+            }
             double ms = (now_ms() - t) / reps;
             if (best[i] < 0 || ms < best[i]) best[i] = ms;
         }
@@ -760,6 +768,8 @@ typedef struct {
     int32_t *hist;     /* the prompt and the emitted tokens (prompt lookup) */
     int n_hist, n_ctx;
     int pos;           /* positions whose KV every computed layer holds */
+    int dev_pick;      /* the backend picks the tokens (model_can_pick): the logits stay there */
+    kb_pick_params pp; /* the sampler's temperature, top-k and top-p, for the backend */
     double t0;
 } gen;
 
@@ -804,23 +814,24 @@ static emit_status emit_token(gen *g, int32_t tok, int pos, int forced) {
     return EMIT_MORE;
 }
 
-/* Approximate mode's gate (gp->gate_margin): when the token g->logits
- * decides was decided with layers skipped and its margin is below the
- * gate, every layer gets a KV cache and positions 0..g->pos-1 (the prompt,
- * the answer so far, then the g->pos - g->n_hist tokens EXTRA that follow
+/* Approximate mode's gate (gp->gate_margin): when the token PK (the
+ * backend's pick; NULL: g->logits) decides was decided with layers skipped
+ * and its margin is below the gate, every layer gets a KV cache and
+ * positions 0..g->pos-1 (the prompt, the answer so far, then the g->pos - g->n_hist tokens EXTRA that follow
  * it) run again at full depth, leaving the last one's logits in g->logits;
  * the request runs at full depth from then on. The prompt runs as one batch
  * and the answer in batches of at most KB_EXACT_ROWS rows, as full depth
  * runs them, so that what follows is what full depth answers after the same
- * tokens (bit for bit on the CPU backend). Returns 0, -1 when the backend
- * failed, -2 when out of memory. */
-static int gate(gen *g, const int32_t *extra) {
+ * tokens (bit for bit on the CPU backend). Returns 0 (not gated), 1 (gated:
+ * g->logits holds the full depth's), -1 when the backend failed, -2 when
+ * out of memory. */
+static int gate(gen *g, const int32_t *extra, const kb_pick *pk) {
     engine_result *res = g->res;
     const model *m = &g->e->model;
     kb_backend *kb = g->e->kb;
     model_state *st = g->st;
     if (g->gp->skip_mode != ENGINE_SKIP_APPROXIMATE || g->gp->gate_margin <= 0 || res->gated_at >= 0 ||
-        !res->n_skipped || sampler_margin(g->logits, m->n_vocab) >= g->gp->gate_margin)
+        !res->n_skipped || (pk ? pk->top - pk->second : sampler_margin(g->logits, m->n_vocab)) >= g->gp->gate_margin)
         return 0;
     uint8_t full[MASK_MAX_LAYERS];
     memset(full, 1, sizeof full);
@@ -841,7 +852,19 @@ static int gate(gen *g, const int32_t *extra) {
         if (kb_error(kb)) return -1;
     }
     model_logits(m, kb, st, n - 1, 1, g->logits);
-    return kb_error(kb) ? -1 : 0;
+    return kb_error(kb) ? -1 : 1;
+}
+
+/* The token after a step whose next token the backend picked (PK), under
+ * the output grammar: the logits come to the host only when the backend
+ * left the row to it or the grammar refuses its pick. Returns the id, or
+ * -1 (out of memory, or the backend failed: kb_error says so). */
+static int32_t take_pick(gen *g, const kb_pick *pk) {
+    int32_t tok = pk->id >= 0 ? constrain_picked(g->con, g->sm, pk->id) : CONSTRAIN_REDRAW;
+    if (tok != CONSTRAIN_REDRAW) return tok;
+    model_logits_fetch(&g->e->model, g->e->kb, g->st, 0, g->logits);
+    if (kb_error(g->e->kb)) return -1;
+    return pk->id >= 0 ? constrain_redraw(g->con, g->sm, g->logits) : constrain_sample(g->con, g->sm, g->logits);
 }
 
 /* One decode step: TOK (the last emitted token), then the tokens the output
@@ -859,15 +882,23 @@ static int pick_plain(gen *g, int32_t tok, int32_t *out, int *n_out) {
     batch[0] = tok;
     g->res->n_forced += n_forced;
     arm_kernel_fault(g->e, g->res->n_generated);
-    model_decode(m, kb, g->st, batch, 1 + n_forced, g->pos, NULL, n_forced, 1, g->logits);
+    kb_pick pk;
+    if (g->dev_pick) {
+        float u = sampler_peek(g->sm);
+        model_decode_pick(m, kb, g->st, batch, 1 + n_forced, g->pos, NULL, n_forced, 1, &g->pp, &u, &pk);
+    } else {
+        model_decode(m, kb, g->st, batch, 1 + n_forced, g->pos, NULL, n_forced, 1, g->logits);
+    }
     if (kb_error(kb)) return -1;
     g->pos += 1 + n_forced;
-    int rc = gate(g, batch + 1);
-    if (rc) return rc;
+    int rc = gate(g, batch + 1, g->dev_pick ? &pk : NULL);
+    if (rc < 0) return rc;
     memcpy(out, batch + 1, (size_t)n_forced * sizeof *out);
-    out[n_forced] = constrain_sample(g->con, g->sm, g->logits);
+    int32_t next = g->dev_pick && !rc ? take_pick(g, &pk) : constrain_sample(g->con, g->sm, g->logits);
+    if (kb_error(kb)) return -1;
+    out[n_forced] = next;
     *n_out = n_forced + 1;
-    return out[n_forced] < 0 ? -2 : 0;
+    return next < 0 ? -2 : 0;
 }
 
 /* The draft model (the skip mask) proposes up to K tokens after TOK, one
@@ -878,10 +909,14 @@ static int draft_layers(gen *g, int32_t tok, int32_t *draft, int k) {
     kb_backend *kb = g->e->kb;
     int greedy = g->gp->temperature <= 0, n = 0;
     for (int32_t cur = tok; n < k;) {
-        model_decode(m, kb, g->st, &cur, 1, g->pos + n, g->spec->mask, 0, 1, g->logits);
+        kb_pick pk;
+        if (greedy && g->dev_pick)
+            model_decode_pick(m, kb, g->st, &cur, 1, g->pos + n, g->spec->mask, 0, 1, &g->pp, NULL, &pk);
+        else
+            model_decode(m, kb, g->st, &cur, 1, g->pos + n, g->spec->mask, 0, 1, g->logits);
         if (kb_error(kb)) return -1;
         if (greedy) {
-            cur = sampler_argmax(g->logits, m->n_vocab);
+            cur = g->dev_pick ? pk.id : sampler_argmax(g->logits, m->n_vocab);
         } else {
             float *q = g->q + (size_t)n * m->n_vocab;
             sampler_probs(g->sm, g->logits, q);
@@ -907,15 +942,18 @@ static int verify(gen *g, int32_t tok, const int32_t *draft, int k, const float 
     int V = m->n_vocab, a = 0, last_eog = k > 0 && !g->gp->ignore_eos && tok_is_eog(g->e->vocab, draft[k - 1]);
     int n_rows = last_eog ? k : k + 1;
     int32_t rows[SPEC_K_MAX + 1], c = -1;
+    kb_pick pk[SPEC_K_MAX + 1]; /* greedy, g->dev_pick: the full model's picks */
+    int picked = g->gp->temperature <= 0 && g->dev_pick;
     rows[0] = tok;
     memcpy(rows + 1, draft, (size_t)(n_rows - 1) * sizeof *rows);
     arm_kernel_fault(g->e, g->res->n_generated);
-    model_decode(m, kb, g->st, rows, n_rows, g->pos, NULL, 0, n_rows, g->vlogits);
+    if (picked) model_decode_pick(m, kb, g->st, rows, n_rows, g->pos, NULL, 0, n_rows, &g->pp, NULL, pk);
+    else model_decode(m, kb, g->st, rows, n_rows, g->pos, NULL, 0, n_rows, g->vlogits);
     if (kb_error(kb)) return -1;
     for (; a < k; a++) {
         const float *lg = g->vlogits + (size_t)a * V;
         if (g->gp->temperature <= 0) {
-            c = sampler_argmax(lg, V);
+            c = picked ? pk[a].id : sampler_argmax(lg, V);
             if (c != draft[a]) break;
         } else {
             sampler_probs(g->sm, lg, g->p);
@@ -929,7 +967,7 @@ static int verify(gen *g, int32_t tok, const int32_t *draft, int k, const float 
         g->pos += k;
         return 0;
     }
-    if (a == k) c = sampler_sample(g->sm, g->vlogits + (size_t)k * V);
+    if (a == k) c = picked ? pk[k].id : sampler_sample(g->sm, g->vlogits + (size_t)k * V);
     out[a] = c;
     *n_out = a + 1;
     g->pos += a + 1;
@@ -1153,6 +1191,8 @@ void engine_generate(engine *e, const int32_t *prompt, int n_prompt, const engin
     if (con && max_rows < ENGINE_FORCED_MAX + 1) max_rows = ENGINE_FORCED_MAX + 1;
     if (sampler_init(&sm, m->n_vocab, gp->temperature, gp->top_p, gp->top_k, gp->seed)) goto oom;
     have_sampler = 1;
+    g.dev_pick = model_can_pick(m, e->kb);
+    g.pp = (kb_pick_params){sm.temperature, sm.top_k, sm.top_p};
 restart: /* without the cache, when its entry lacks a layer this request computes */
     if (model_state_init(&st, m, e->kb, n_ctx, max_rows, first, e->kv_type, res->error, sizeof res->error)) {
         res->retryable = 0;
@@ -1198,7 +1238,7 @@ restart: /* without the cache, when its entry lacks a layer this request compute
     model_logits(m, e->kb, &st, rows - 1, 1, g.logits);
     if (kb_error(e->kb)) goto backend_error;
     g.pos = n_prompt;
-    rc = gate(&g, NULL);
+    rc = gate(&g, NULL, NULL);
     if (rc == -2) goto oom;
     if (rc < 0) goto backend_error;
     res->prefill_ms = now_ms() - t0;

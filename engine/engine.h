@@ -59,6 +59,9 @@ typedef struct {
      * answers kept as n-gram drafts for later requests of the same tenant
      * (0: off). */
     int draft_cache_tokens;
+    /* Testing: the backend to run on instead of the one DEVICE asks for
+     * (NULL: that one). engine_open takes it over, even when it fails. */
+    struct kb_backend *backend;
 } engine_params;
 
 /* What the layer-skipping machinery did for a request (x-layer-status). */

@@ -736,9 +736,9 @@ static void logits_rows(const model *m, kb_backend *kb, model_state *s, int r0, 
     kb->matmul(kb, s->logits, &m->output, s->xb, c);
 }
 
-/* C rows of s->logits to HOST_OUT, soft-capped when the family caps them. */
-static void logits_copy(const model *m, kb_backend *kb, model_state *s, int c, float *host_out) {
-    kb->to_host(kb, host_out, s->logits, (size_t)c * m->n_vocab * sizeof(float));
+/* Rows [r, r + c) of s->logits to HOST_OUT, soft-capped when the family caps them. */
+static void logits_copy(const model *m, kb_backend *kb, model_state *s, int r, int c, float *host_out) {
+    kb->to_host(kb, host_out, s->logits + (size_t)r * m->n_vocab, (size_t)c * m->n_vocab * sizeof(float));
     if (m->logit_softcap > 0)
         for (size_t i = 0; i < (size_t)c * m->n_vocab; i++)
             host_out[i] = m->logit_softcap * tanhf(host_out[i] / m->logit_softcap);
@@ -748,18 +748,37 @@ void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n,
     for (int r = 0; r < n; r += s->logit_rows) {
         int c = n - r < s->logit_rows ? n - r : s->logit_rows;
         logits_rows(m, kb, s, r0 + r, c);
-        logits_copy(m, kb, s, c, host_out + (size_t)r * m->n_vocab);
+        logits_copy(m, kb, s, 0, c, host_out + (size_t)r * m->n_vocab);
     }
+}
+
+/* model_decode up to the logits: when the NL rows fit s->logits (returns
+ * 1) they are left there, else (0) they are not computed. */
+static int decode_logits(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
+                         const uint8_t *draft, int r0, int nl) {
+    int fit = nl <= s->logit_rows, step = fit && n <= KB_STEP_ROWS;
+    if (step) kb_step_begin(kb, pos0);
+    model_embed(m, kb, s, tokens, n);
+    forward_masked(m, kb, s, n, pos0, 0, m->n_layers, draft);
+    if (fit) logits_rows(m, kb, s, r0, nl);
+    if (step) kb_step_end(kb);
+    return fit;
 }
 
 void model_decode(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
                   const uint8_t *draft, int r0, int nl, float *host_out) {
-    int step = n <= KB_STEP_ROWS && nl <= s->logit_rows;
-    if (step) kb_step_begin(kb, pos0);
-    model_embed(m, kb, s, tokens, n);
-    forward_masked(m, kb, s, n, pos0, 0, m->n_layers, draft);
-    if (!step) return model_logits(m, kb, s, r0, nl, host_out);
-    logits_rows(m, kb, s, r0, nl);
-    kb_step_end(kb);
-    logits_copy(m, kb, s, nl, host_out);
+    if (decode_logits(m, kb, s, tokens, n, pos0, draft, r0, nl)) logits_copy(m, kb, s, 0, nl, host_out);
+    else model_logits(m, kb, s, r0, nl, host_out);
+}
+
+int model_can_pick(const model *m, const kb_backend *kb) { return kb->pick && !(m->logit_softcap > 0); }
+
+void model_decode_pick(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
+                       const uint8_t *draft, int r0, int nl, const kb_pick_params *pp, const float *u, kb_pick *out) {
+    if (decode_logits(m, kb, s, tokens, n, pos0, draft, r0, nl)) kb->pick(kb, out, s->logits, nl, m->n_vocab, pp, u);
+    else kb_fail(kb, "pick: %d rows of logits at once (at most %d)", nl, s->logit_rows);
+}
+
+void model_logits_fetch(const model *m, kb_backend *kb, model_state *s, int r, float *host_out) {
+    logits_copy(m, kb, s, r, 1, host_out);
 }

@@ -114,5 +114,18 @@ void model_logits(const model *m, kb_backend *kb, model_state *s, int r0, int n,
  * recording it may replay) when n and nl fit one. */
 void model_decode(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
                   const uint8_t *draft, int r0, int nl, float *host_out);
+/* 1 when the backend can pick tokens itself (model_decode_pick): it has
+ * kb->pick and the family's logits are not soft-capped. */
+int model_can_pick(const model *m, const kb_backend *kb);
+/* model_decode, but the backend picks each of the NL rows' next token as
+ * PP says (kb->pick, with the uniforms U when sampling) into OUT, and only
+ * the picks cross to the host; the logits stay for model_logits_fetch
+ * until the next operation. Only when model_can_pick, and NL at most
+ * s->logit_rows (else a recorded failure). */
+void model_decode_pick(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
+                       const uint8_t *draft, int r0, int nl, const kb_pick_params *pp, const float *u, kb_pick *out);
+/* Row R of the logits the last model_decode_pick left, to HOST_OUT
+ * (n_vocab floats, soft-capped as model_logits's). */
+void model_logits_fetch(const model *m, kb_backend *kb, model_state *s, int r, float *host_out);
 
 #endif

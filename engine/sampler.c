@@ -123,8 +123,11 @@ static int nucleus(sampler *s, const float *logits, cand_walk *w, double *sum, d
     }
     *w = (cand_walk){s, k, 0};
     *kept = 1;
-    if (s->top_p >= 1) { /* the whole top k: any order draws from it, and sorting would cost most of the step */
-        w->sorted = k;
+    if (s->top_p >= 1) {
+        /* the whole top k: walked best first, as a backend's pick walks it
+         * (sorted as far as the walk goes); the whole vocabulary in id
+         * order (sorting it would cost most of the step) */
+        w->sorted = k < n ? 0 : k;
         return k;
     }
     *kept = 0;
@@ -165,6 +168,15 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
 }
 
 float sampler_uniform(sampler *s) { return next_uniform(s); }
+
+float sampler_peek(const sampler *s) {
+    sampler t = *s;
+    return next_uniform(&t);
+}
+
+void sampler_took(sampler *s) {
+    if (s->temperature > 0 && s->cand) next_uniform(s);
+}
 
 int sampler_draw(sampler *s, const float *w, int n) {
     double total = 0;

@@ -24,6 +24,12 @@ int sampler_sample(sampler *s, const float *logits);
 void sampler_probs(sampler *s, const float *logits, float *probs);
 /* A uniform number in [0, 1) from the generator. */
 float sampler_uniform(sampler *s);
+/* The uniform the next draw will use (sampler_sample's, sampler_draw's),
+ * without using it up: for a draw made elsewhere (the backend's pick). */
+float sampler_peek(const sampler *s);
+/* Uses up the uniform sampler_peek gave, as sampler_sample would have
+ * (nothing when greedy: greedy draws use none). */
+void sampler_took(sampler *s);
 /* Draws an index with probability proportional to the weights W (n values,
  * those <= 0 never drawn; at least one positive). */
 int sampler_draw(sampler *s, const float *w, int n);

@@ -70,6 +70,19 @@ typedef struct {
     int n_rot;          /* the first n_rot dimensions of a head rotate, the rest pass through (0: head_dim) */
 } kb_attn_shape;
 
+/* How pick draws a row's next token: as engine/sampler.c does. */
+typedef struct {
+    float temperature;  /* <= 0: the largest logit, the lowest id on ties (greedy) */
+    int top_k;          /* the K largest logits only (>= the row's width: all) */
+    float top_p;        /* the smallest best-first set whose weight reaches P only (>= 1: all) */
+} kb_pick_params;
+
+/* The next token pick chose from one row of logits. */
+typedef struct {
+    int32_t id;         /* the token, or -1: the backend does not draw from this row (too many candidates) */
+    float top, second;  /* the row's largest logit and the next largest (TOP again when it is there twice) */
+} kb_pick;
+
 /* What the scratch of one request must hold (reserve). */
 typedef struct {
     int max_rows;       /* rows of one operation (embed may take more: it goes in pieces) */
@@ -177,6 +190,14 @@ struct kb_backend {
      * (kb_step_begin/kb_step_end do nothing). */
     void (*step_begin)(kb_backend *kb, int pos0);
     void (*step_end)(kb_backend *kb);
+    /* Picks the next token from each of N rows of LOGITS ([n][width]) as P
+     * says, so that only OUT[0..n-1] crosses to the host: greedy picks bit
+     * for bit as sampler.c's, draws (temperature > 0) with U[i] in [0, 1)
+     * as row i's uniform, from the same distribution as sampler.c's but
+     * not always the same token (float sums in another order). Not inside
+     * a step. NULL: the caller copies the logits (to_host) and picks. */
+    void (*pick)(kb_backend *kb, kb_pick *out, const float *logits, int n, int width, const kb_pick_params *p,
+                 const float *u);
     /* Waits for queued work (no-op on the CPU). */
     void (*sync)(kb_backend *kb);
     /* Number of kernels launched so far (tests count them). */

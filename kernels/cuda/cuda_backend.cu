@@ -51,6 +51,9 @@
  * token instead of some 260 kernel launches (8B shape). The kernels read
  * a step's position from device memory, so one graph serves every
  * position (see "Decode steps" below).
+ * pick: the next token of each row of logits, greedy or drawn (temperature,
+ *   top-k, top-p) in the host sampler's walking order with its uniform,
+ *   one block a row; only the picks (12 bytes a row) are copied back.
  *
  * Errors: alloc and reserve return NULL/-1 on cudaMalloc failure (a clean
  * per-request error for the engine); a failed launch, copy or
@@ -967,6 +970,196 @@ KGLOBAL void k_add_bias(float *__restrict__ x, const float *__restrict__ b, int 
         x[i] = fadd_rn(x[i], b[i % (size_t)cols]);
 }
 
+/* ---- The next token, picked on the device (kb_backend.pick) ----
+ * One block a row of logits. A draw walks the tokens in sampler.c's
+ * order, so that the same uniform picks the same token but where float
+ * sums in another order round across a boundary: the whole row in id
+ * order, a top k or a nucleus best first (the larger logit first, the
+ * lower id on ties). */
+enum { PICK_THREADS = 1024, PICK_CAND = 2 * PICK_THREADS, PICK_ROWS = 16, PICK_NONE = 0x7fffffff };
+/* Top-k and top-p draw from the logits within PICK_SPAN temperatures of
+ * the largest (weights down to e^-24 of the largest's), sorted in shared
+ * memory; a row whose top k or nucleus reaches below them, or that has more
+ * than PICK_CAND of them, is left to the host (id -1). */
+#define PICK_SPAN 24.0f
+
+struct pick_draw {
+    float temp, top_p;
+    int top_k;
+    float u[PICK_ROWS]; /* each row's uniform */
+};
+
+KDEV bool pick_before(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+/* Every thread of the block passes its V; returns V of threads 0..t
+ * summed, and leaves those sums in S (S[t] for thread t). */
+KDEV double pick_scan(double *s, double v) {
+    int t = threadIdx.x;
+    s[t] = v;
+    sync_block();
+    for (int o = 1; o < PICK_THREADS; o <<= 1) {
+        double add = t >= o ? s[t - o] : 0.0;
+        sync_block();
+        s[t] += add;
+        sync_block();
+    }
+    return s[t];
+}
+
+/* Sorts C_L/C_I[0, n) (n <= PICK_CAND, the rest padding) best first: a
+ * bitonic sort over the power of two at or above n. */
+KDEV void pick_sort(float *c_l, int *c_i, int n) {
+    int size_all = 2;
+    while (size_all < n) size_all *= 2;
+    for (int size = 2; size <= size_all; size *= 2)
+        for (int stride = size / 2; stride > 0; stride /= 2) {
+            for (int j = threadIdx.x; j < size_all / 2; j += PICK_THREADS) {
+                int a = 2 * j - (j & (stride - 1)), b = a + stride;
+                bool first = (a & size) == 0; /* this run ends best first, else best last */
+                if (pick_before(c_l[b], c_i[b], c_l[a], c_i[a]) == first) {
+                    float tl = c_l[a];
+                    int ti = c_i[a];
+                    c_l[a] = c_l[b], c_i[a] = c_i[b];
+                    c_l[b] = tl, c_i[b] = ti;
+                }
+            }
+            sync_block();
+        }
+}
+
+KGLOBAL void k_pick(const float *__restrict__ logits, int width, pick_draw d, kb_pick *__restrict__ out) {
+    SMEM float s_top[PICK_THREADS], s_2nd[PICK_THREADS], c_l[PICK_CAND];
+    SMEM int s_id[PICK_THREADS], c_i[PICK_CAND];
+    SMEM double s_sum[PICK_THREADS];
+    SMEM int s_pick;
+    SMEM double s_kept;
+    const int t = threadIdx.x, row = blockIdx.x;
+    const float *l = logits + (size_t)row * width;
+    /* the largest logit (the lowest id on ties) and the next largest */
+    float a = -INFINITY, b = -INFINITY;
+    int ia = PICK_NONE;
+    for (int i = t; i < width; i += PICK_THREADS) {
+        float v = l[i];
+        if (pick_before(v, i, a, ia)) b = a, a = v, ia = i;
+        else if (v > b) b = v;
+    }
+    s_top[t] = a, s_2nd[t] = b, s_id[t] = ia;
+    sync_block();
+    for (int o = PICK_THREADS / 2; o > 0; o /= 2) {
+        if (t < o) {
+            float a2 = s_top[t + o], b2 = s_2nd[t + o];
+            int i2 = s_id[t + o];
+            if (pick_before(a2, i2, s_top[t], s_id[t])) {
+                s_2nd[t] = fmaxf(b2, s_top[t]);
+                s_top[t] = a2, s_id[t] = i2;
+            } else {
+                s_2nd[t] = fmaxf(s_2nd[t], a2);
+            }
+        }
+        sync_block();
+    }
+    const float mx = s_top[0], temp = d.temp;
+    kb_pick res = {s_id[0] == PICK_NONE ? 0 : s_id[0], mx, s_2nd[0]};
+    if (temp <= 0.0f || !(mx > -INFINITY && mx < INFINITY)) { /* greedy; or nothing to draw from */
+        if (t == 0) out[row] = res;
+        return;
+    }
+    if (t == 0) s_pick = -1;
+    const float u = d.u[row];
+    if (d.top_k >= width && d.top_p >= 1.0f) {
+        /* the whole row in id order, as sampler.c walks it: thread t's share
+         * is ids [t * per, (t + 1) * per), and the thread whose share of
+         * the weight holds r walks it */
+        int per = (width + PICK_THREADS - 1) / PICK_THREADS, i0 = t * per, i1 = i0 + per < width ? i0 + per : width;
+        double w = 0;
+        for (int i = i0; i < i1; i++) w += expf((l[i] - mx) / temp);
+        double incl = pick_scan(s_sum, w), excl = t ? s_sum[t - 1] : 0.0;
+        double r = (double)u * s_sum[PICK_THREADS - 1];
+        if (r >= excl && r < incl) {
+            int last = -1;
+            for (int i = i0; i < i1; i++) {
+                float p = expf((l[i] - mx) / temp);
+                if (p > 0.0f) last = i;
+                excl += p;
+                if (r < excl) break;
+            }
+            s_pick = last; /* the last weighed one when rounding walked past the end */
+        }
+        sync_block();
+        if (t == 0) {
+            res.id = s_pick >= 0 ? s_pick : res.id;
+            out[row] = res;
+        }
+        return;
+    }
+    /* the candidates, in shared memory, best first */
+    const float lo = mx - PICK_SPAN * temp;
+    int cnt = 0;
+    for (int i = t; i < width; i += PICK_THREADS) cnt += l[i] >= lo;
+    int at = (int)pick_scan(s_sum, cnt) - cnt, n = (int)s_sum[PICK_THREADS - 1];
+    int k = d.top_k < width ? d.top_k : width;
+    if (n > PICK_CAND || (k < width && k > n)) {
+        if (t == 0) {
+            res.id = -1;
+            out[row] = res;
+        }
+        return;
+    }
+    for (int j = t; j < PICK_CAND; j += PICK_THREADS) c_l[j] = -INFINITY, c_i[j] = PICK_NONE;
+    sync_block();
+    for (int i = t; i < width; i += PICK_THREADS)
+        if (l[i] >= lo) c_l[at] = l[i], c_i[at++] = i;
+    sync_block();
+    pick_sort(c_l, c_i, n);
+    /* the weight top-p measures against: the top k's, or the whole row's */
+    double all = 0;
+    if (k == width)
+        for (int i = t; i < width; i += PICK_THREADS) all += expf((l[i] - mx) / temp);
+    double whole = 0;
+    if (k == width) {
+        pick_scan(s_sum, all);
+        whole = s_sum[PICK_THREADS - 1];
+        sync_block(); /* read by all before the next scan writes */
+    }
+    /* thread t's candidates 2t and 2t + 1, and the weight up to them */
+    int kk = k < n ? k : n, j0 = 2 * t, j1 = j0 + 1;
+    float w0 = j0 < kk ? expf((c_l[j0] - mx) / temp) : 0.0f, w1 = j1 < kk ? expf((c_l[j1] - mx) / temp) : 0.0f;
+    double incl = pick_scan(s_sum, (double)w0 + w1), excl = t ? s_sum[t - 1] : 0.0, mid = excl + w0;
+    if (k < width) whole = s_sum[PICK_THREADS - 1];
+    /* the nucleus: the first M candidates, M the least whose weight reaches top_p of the whole */
+    int m = kk;
+    double kept = s_sum[PICK_THREADS - 1];
+    if (d.top_p < 1.0f) {
+        double target = (double)d.top_p * whole;
+        if (t == 0) s_pick = 0; /* no nucleus yet */
+        sync_block();
+        if (excl < target && incl >= target) {
+            s_pick = mid >= target && j0 < kk ? j0 + 1 : j1 + 1;
+            s_kept = mid >= target && j0 < kk ? mid : incl;
+        }
+        sync_block();
+        m = s_pick, kept = s_kept;
+        sync_block();
+        if (m == 0) { /* it reaches below the candidates */
+            if (t == 0) {
+                res.id = -1;
+                out[row] = res;
+            }
+            return;
+        }
+        if (t == 0) s_pick = -1;
+        sync_block();
+    }
+    double r = (double)u * kept;
+    if (j0 < m && r >= excl && r < mid) s_pick = c_i[j0];
+    else if (j1 < m && r >= mid && r < incl) s_pick = c_i[j1];
+    sync_block();
+    if (t == 0) {
+        res.id = s_pick >= 0 ? s_pick : c_i[m - 1];
+        out[row] = res;
+    }
+}
+
 #ifndef ILPD_CUDA_EMU
 KGLOBAL void k_read(const uint4 *__restrict__ p, size_t count, unsigned *sink) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -1082,6 +1275,7 @@ struct cu_impl {
     float *inv_dev, *inv_host; /* RoPE inverse frequencies: 2 slots of inv_cap values each (reserve), so that */
     int inv_n[2], inv_cap;     /* Gemma's two kinds of layers alternate without uploads; inv_n: values a slot holds */
     int inv_next;              /* the slot the next upload replaces */
+    kb_pick *picks;            /* PICK_ROWS picks (pick), or NULL: the engine picks from copied logits */
 };
 
 static cu_impl *impl_of(kb_backend *kb) { return static_cast<cu_impl *>(kb->impl); }
@@ -2290,6 +2484,20 @@ static void cu_add(kb_backend *kb, float *x, const float *y, size_t n) {
     launch(c, "add", k_add, dim3(grid_for(c, n, EW_THREADS)), dim3(EW_THREADS), 0, x, y, n);
 }
 
+/* One launch and one copy of the picks per PICK_ROWS rows. */
+static void cu_pick(kb_backend *kb, kb_pick *out, const float *logits, int n, int width, const kb_pick_params *p,
+                    const float *u) {
+    cu_impl *c = impl_of(kb);
+    if (step_on(c)) return report(c, "pick", "inside a decode step");
+    for (int r = 0; r < n; r += PICK_ROWS) {
+        int rows = n - r < PICK_ROWS ? n - r : PICK_ROWS;
+        pick_draw d = {p->temperature, p->top_p, p->top_k, {0}};
+        for (int i = 0; i < rows && p->temperature > 0; i++) d.u[i] = u[r + i];
+        launch(c, "pick", k_pick, dim3(rows), dim3(PICK_THREADS), 0, logits + (size_t)r * width, width, d, c->picks);
+        if (kb_error(kb) || rt_copy(c, out + r, c->picks, rows * sizeof *out, D2H) || rt_sync(c)) return;
+    }
+}
+
 static void cu_sync(kb_backend *kb) {
     if (!step_on(impl_of(kb))) rt_sync(impl_of(kb)); /* in a step nothing has run yet */
 }
@@ -2305,6 +2513,7 @@ static void cu_destroy(kb_backend *kb) {
         cu_buf *bufs[] = {&c->act, &c->x16, &c->w16, &c->part, &c->ids};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rt_free(c, bufs[i]->p);
         rt_free(c, c->inv_dev);
+        rt_free(c, c->picks);
         free(c->inv_host);
 #ifndef ILPD_CUDA_EMU
         if (c->blas) cublasDestroy(c->blas);
@@ -2420,6 +2629,10 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
             kb_warn("cuda", "no memory for the decode steps' buffers: no CUDA graphs");
         }
     }
+    if (env_int("ILPD_CUDA_PICK", 1)) {
+        c->picks = static_cast<kb_pick *>(rt_malloc(c, PICK_ROWS * sizeof(kb_pick)));
+        if (!c->picks) kb_warn("cuda", "no memory for the picks: the logits go to the host");
+    }
     kb->name = c->label;
     /* prompts in passes of 512 rows: each pass reads (and for the quantised
      * types dequantises) every weight once, so fewer passes, fewer reads */
@@ -2452,6 +2665,7 @@ static kb_backend *create(int dev, char *err, size_t errlen) {
     kb->add = cu_add;
     kb->step_begin = cu_step_begin;
     kb->step_end = cu_step_end;
+    kb->pick = c->picks ? cu_pick : NULL;
     kb->sync = cu_sync;
     kb->launches = cu_launches;
     kb->destroy = cu_destroy;

@@ -43,8 +43,8 @@
 # it has numpy, else python3), REBUILD (1: build even with .gpu-bin),
 # LLAMA_CPP, LLAMA_BENCH, BEFORE (1: each file also at full depth with the kernels of before
 # 2026-12-07, switched back by ILPD_CUDA_ATTN_BASIC=1 ILPD_CUDA_MV_WARPS=1 ILPD_CUDA_SETS=0
-# ILPD_CUDA_PROMPT_ROWS=64 ILPD_CUDA_GRAPHS=0 (the residual additions fused with the RMSNorms
-# stay), for the gain of each run's kernels on the same GPU; 0: not).
+# ILPD_CUDA_PROMPT_ROWS=64 ILPD_CUDA_GRAPHS=0 ILPD_CUDA_PICK=0 (the residual additions fused with
+# the RMSNorms stay), for the gain of each run's kernels on the same GPU; 0: not).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 START=$(date +%s)
@@ -165,8 +165,9 @@ for t in $TYPES; do
     fi
     sed "s/^{/{\"type\":\"$t\",/" "$WORK/bench-$t.jsonl" >> "$RESULTS"
     if [ "$BEFORE" = 1 ]; then
-        say "bench $t with the kernels of before 2026-12-07 (basic attention, a warp a matvec row, a launch a weight, prompt passes of 64, no graphs)"
+        say "bench $t with the kernels of before 2026-12-07 (basic attention, a warp a matvec row, a launch a weight, prompt passes of 64, no graphs, logits to the host)"
         if ILPD_CUDA_ATTN_BASIC=1 ILPD_CUDA_MV_WARPS=1 ILPD_CUDA_SETS=0 ILPD_CUDA_PROMPT_ROWS=64 ILPD_CUDA_GRAPHS=0 \
+                ILPD_CUDA_PICK=0 \
                 build/rel/tests/test_cuda --bench "$model" --prompt "$PROMPT" --gen "$GEN" --kv-f16 \
                 > "$WORK/before-$t.jsonl" 2> "$WORK/before-$t.err"; then
             grep '"what":"run"' "$WORK/before-$t.jsonl" | sed "s/^{/{\"type\":\"$t\",\"before\":1,/" >> "$RESULTS"

@@ -27,7 +27,12 @@
  * $UNIT_MODEL and $UNIT_MODEL_F16 that tests/t_unit.sh writes) greedy answers
  * of 40 tokens identical to the CPU's (with and without the mask), and
  * (emulation) that running out of device memory fails model_load and
- * model_state_init cleanly and frees what they took.
+ * model_state_init cleanly and frees what they took; the token picks
+ * (kb_backend.pick: greedy bit for bit, draws where sampler.c's
+ * distribution and walking order put the uniform), and the demo model's
+ * requests through two engines on the GPU, one picking there and one
+ * picking from copied logits, giving the same tokens (greedy and seeded
+ * sampling; plain, lossless, gated approximate; free and under a schema).
  * `test_cuda --bench MODEL ...` measures speed on a real GPU
  * (scripts/make/gpu-check.sh; see main()).
  *
@@ -56,6 +61,8 @@
 #include "engine/gguf.h"
 #include "probe/mask.h"
 #include "engine/model.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
 
 #ifdef CUDA_EMU
 #define TAG "cuda-emu"
@@ -580,6 +587,262 @@ done:
     p.c->free(p.c, oc);
 }
 
+/* ---- pick: the next token chosen on the device ---- */
+
+static const float *pick_sort_logits; /* qsort's context: the row being ordered */
+
+/* sampler.c's order: the larger logit first, the lower id on ties */
+static int pick_cmp(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    float x = pick_sort_logits[i], y = pick_sort_logits[j];
+    if (x != y) return x > y ? -1 : 1;
+    return i - j;
+}
+
+/* The order the device (and sampler.c) walks a row in when it draws: the
+ * whole row in id order, else best first. */
+static void pick_walk_order(const float *row, int width, int whole, int *order) {
+    for (int i = 0; i < width; i++) order[i] = i;
+    if (whole) return;
+    pick_sort_logits = row;
+    qsort(order, (size_t)width, sizeof *order, pick_cmp);
+}
+
+/* ROWS rows of WIDTH logits (LOGITS, host) picked on the device as P says,
+ * each with uniforms U[j]: every pick must be one sampler.c's
+ * distribution gives weight and whose share of it, in the device's walking
+ * order, holds U (within 1e-5), and top/second must be sampler.c's bit for
+ * bit; greedy picks must be sampler_argmax's. WANT_NONE: every row is one
+ * the device leaves to the host (id -1). Returns the picks made. */
+static int pick_rows(pair p, const float *logits, int rows, int width, kb_pick_params pp, const float *u, int n_u,
+                     int want_none, const char *what) {
+    float *d = dev_from(p.g, logits, (size_t)rows * width), *probs = malloc(sizeof(float) * (size_t)width);
+    int *order = malloc(sizeof(int) * (size_t)width), bad = 0, made = 0, none = 0;
+    kb_pick *out = malloc(sizeof(kb_pick) * (size_t)rows);
+    float *us = malloc(sizeof(float) * (size_t)rows);
+    sampler sm;
+    if (!d || !probs || !order || !out || !us || sampler_init(&sm, width, pp.temperature, pp.top_p, pp.top_k, 1)) {
+        CHECK(0, TAG ": pick %s: out of memory", what);
+        goto done;
+    }
+    for (int j = 0; j < n_u; j++) {
+        for (int r = 0; r < rows; r++) us[r] = u[(j + r) % n_u];
+        p.g->pick(p.g, out, d, rows, width, &pp, us);
+        if (kb_error(p.g)) {
+            CHECK(0, TAG ": pick %s: %s", what, kb_error(p.g));
+            kb_error_clear(p.g);
+            goto done;
+        }
+        for (int r = 0; r < rows; r++) {
+            const float *row = logits + (size_t)r * width;
+            int am = sampler_argmax(row, width);
+            float margin = sampler_margin(row, width);
+            if (out[r].top != row[am] || out[r].top - out[r].second != margin) bad++;
+            if (out[r].id < 0) {
+                none++;
+                continue;
+            }
+            made++;
+            if (pp.temperature <= 0) {
+                bad += out[r].id != am;
+                continue;
+            }
+            sampler_probs(&sm, row, probs);
+            pick_walk_order(row, width, pp.top_k >= width && pp.top_p >= 1, order);
+            double before = 0;
+            int k = 0;
+            while (k < width && order[k] != out[r].id) before += probs[order[k++]];
+            if (k == width || probs[out[r].id] <= 0 || us[r] < before - 1e-5 || us[r] > before + probs[out[r].id] + 1e-5)
+                bad++;
+        }
+    }
+    if (want_none)
+        CHECK(none == rows * n_u && !bad, TAG ": pick %s: every row left to the host (%d of %d), top and second exact",
+              what, none, rows * n_u);
+    else
+        CHECK(!bad && !none, TAG ": pick %s: %d picks where sampler.c's distribution puts them, top and second exact "
+              "(%d wrong, %d left to the host)", what, made, bad, none);
+done:
+    if (pp.temperature > 0) sampler_free(&sm);
+    p.g->free(p.g, d);
+    free(probs);
+    free(order);
+    free(out);
+    free(us);
+    return made;
+}
+
+static void check_pick(pair p) {
+    if (!p.g->pick) {
+        SKIP(TAG ": pick: the backend has none");
+        return;
+    }
+    enum { ROWS = 20, W_SMALL = 320, W_WIDE = 5000 };
+    float *small = malloc(sizeof(float) * ROWS * W_SMALL), *wide = malloc(sizeof(float) * ROWS * W_WIDE);
+    float *flat = malloc(sizeof(float) * 2 * W_WIDE);
+    float u[32];
+    if (!small || !wide || !flat) {
+        CHECK(0, TAG ": pick: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < 32; i++) u[i] = (i + 0.37f) / 32;
+    u[31] = 0.99999994f; /* the largest float below 1 */
+    for (int i = 0; i < ROWS * W_SMALL; i++) small[i] = 3 * unif();
+    /* wide rows: a quarter within reach, the rest far below (candidates < 2048) */
+    for (int i = 0; i < ROWS * W_WIDE; i++) wide[i] = 3 * unif() - (i % 4 ? 40 : 0);
+    for (int i = 0; i < 2 * W_WIDE; i++) flat[i] = 3 * unif();
+    /* ties: the largest twice (the lower id wins, the margin is 0), and a row of equal logits */
+    small[7] = small[300] = 9;
+    wide[W_WIDE + 4100] = wide[W_WIDE + 1100] = 20;
+    for (int i = 0; i < W_SMALL; i++) small[2 * W_SMALL + i] = -1.5f;
+    kb_pick_params greedy = {0, W_SMALL, 1}, whole = {1, 1 << 30, 1}, top_k = {0.7f, 40, 1}, top_p = {1.3f, 1 << 30, 0.9f},
+                   both = {1, 50, 0.8f}, cold = {0.05f, 1 << 30, 0.95f};
+    pick_rows(p, small, 9, W_SMALL, greedy, u, 1, 0, "greedy, 9 rows of 320 (ties)");
+    pick_rows(p, wide, ROWS, W_WIDE, greedy, u, 1, 0, "greedy, 20 rows of 5000 (two launches)");
+    pick_rows(p, small, ROWS, W_SMALL, whole, u, 32, 0, "temperature 1 over the whole row, 320");
+    pick_rows(p, wide, 3, W_WIDE, whole, u, 32, 0, "temperature 1 over the whole row, 5000");
+    pick_rows(p, small, 4, W_SMALL, top_k, u, 32, 0, "top-k 40 at temperature 0.7");
+    pick_rows(p, wide, 3, W_WIDE, top_p, u, 32, 0, "top-p 0.9 at temperature 1.3, 5000");
+    pick_rows(p, small, 4, W_SMALL, both, u, 32, 0, "top-k 50 and top-p 0.8");
+    pick_rows(p, wide, 2, W_WIDE, cold, u, 32, 0, "top-p 0.95 at temperature 0.05");
+    /* left to the host: 5000 logits within reach of the largest, or a top k past the candidates */
+    pick_rows(p, flat, 2, W_WIDE, top_k, u, 2, 1, "top-k over more than 2048 candidates");
+    kb_pick_params past = {1, 3000, 1};
+    pick_rows(p, wide, 2, W_WIDE, past, u, 2, 1, "top-k 3000 past 1250 candidates");
+done:
+    free(small);
+    free(wide);
+    free(flat);
+}
+
+/* ---- the engine with the backend picking, against the engine without ---- */
+
+/* the backend's own pick, which counting_pick counts the rows of */
+static void (*real_pick)(kb_backend *, kb_pick *, const float *, int, int, const kb_pick_params *, const float *);
+static int picks_made;
+
+static void counting_pick(kb_backend *kb, kb_pick *out, const float *logits, int n, int width,
+                          const kb_pick_params *pp, const float *u) {
+    picks_made += n;
+    real_pick(kb, out, logits, n, width, pp, u);
+}
+
+typedef struct {
+    char text[2048];
+    size_t len;
+    int32_t ids[256];
+    int n_ids;
+    engine_result res;
+} pick_out;
+
+static int pick_on_text(void *ud, const char *text, size_t len) {
+    pick_out *o = ud;
+    if (o->len + len < sizeof o->text) {
+        memcpy(o->text + o->len, text, len);
+        o->len += len;
+        o->text[o->len] = 0;
+    }
+    return 0;
+}
+
+static int pick_on_token(void *ud, int32_t id) {
+    pick_out *o = ud;
+    if (o->n_ids < 256) o->ids[o->n_ids++] = id;
+    return 0;
+}
+
+/* An engine on a new emulated (or real) GPU; PICK 0: its backend without pick. */
+static engine *pick_engine(const char *model, const char *probe, int pick) {
+    char err[512];
+    kb_backend *kb = GPU_CREATE(0, err, sizeof err);
+    if (!kb) return NULL;
+    if (!pick) kb->pick = NULL;
+    else if (kb->pick) {
+        real_pick = kb->pick;
+        kb->pick = counting_pick;
+    }
+    engine_params p = {.model_path = model, .n_threads = 1, .device = ENGINE_DEVICE_CUDA, .backend = kb,
+                       .layer_skip = 1, .probe_path = probe, .spec_always = 1};
+    engine *e = engine_open(&p, err, sizeof err);
+    if (!e) printf("# %s\n", err);
+    return e;
+}
+
+/* The demo model's requests through two engines on the GPU, one whose
+ * backend picks the tokens (kb->pick) and one whose logits go to the host:
+ * greedy and sampled (same seed), plain, lossless and approximate (its
+ * gate), free and under a JSON schema, must give the same tokens, and the
+ * first must have picked. */
+static void check_engine_pick(const char *model, const char *probe) {
+    engine *a = pick_engine(model, probe, 1), *b = pick_engine(model, probe, 0);
+    CHECK(a && b, TAG ": pick: open the demo model twice");
+    if (!a || !b || !real_pick) {
+        if (a && b) SKIP(TAG ": pick in the engine: the backend has none");
+        engine_close(a);
+        engine_close(b);
+        return;
+    }
+    static const char *prompts[] = {
+        "<s><|im_start|>system\nYou are a customer support assistant. Classify the message. Reply only with "
+        "JSON.<|im_end|>\n<|im_start|>user\nClassify this customer message as shipping, returns, product or "
+        "payment.\nMessage: The tracking number you sent me for the cat tree does not work.<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        "<s><|im_start|>system\nYou are a storyteller for young children.<|im_end|>\n<|im_start|>user\nTell me a "
+        "story about a boat.<|im_end|>\n<|im_start|>assistant\n"};
+    static const char schema[] = "{\"type\":\"object\",\"properties\":{\"mood\":{\"type\":\"string\",\"enum\":"
+                                 "[\"happy\",\"sad\"]},\"count\":{\"type\":\"integer\"}},\"required\":[\"mood\","
+                                 "\"count\"]}";
+    static const struct {
+        const char *what;
+        int prompt;
+        engine_skip_mode mode;
+        float temp, top_p;
+        int top_k;
+        float gate;
+        const char *schema;
+        int picks; /* 1: the device must pick; 0: it may */
+    } runs[] = {
+        {"greedy, full depth", 0, ENGINE_SKIP_OFF, 0, 1, 0, 0, NULL, 1},
+        {"greedy, lossless (drafts and verifications picked)", 0, ENGINE_SKIP_LOSSLESS, 0, 1, 0, 0, NULL, 1},
+        {"greedy, approximate, gated", 0, ENGINE_SKIP_APPROXIMATE, 0, 1, 0, 4.0f, NULL, 1},
+        {"temperature 0.8", 1, ENGINE_SKIP_OFF, 0.8f, 1, 0, 0, NULL, 1},
+        {"temperature 1, top-k 20", 1, ENGINE_SKIP_OFF, 1, 1, 20, 0, NULL, 1},
+        {"temperature 1, top-k 40, top-p 0.9", 1, ENGINE_SKIP_OFF, 1, 0.9f, 40, 0, NULL, 1},
+        {"temperature 0.7, lossless (drafts and verifications drawn on the host)", 0, ENGINE_SKIP_LOSSLESS, 0.7f, 1,
+         0, 0, NULL, 0},
+        {"greedy under a JSON schema", 0, ENGINE_SKIP_OFF, 0, 1, 0, 0, schema, 1},
+        {"temperature 1 under a JSON schema", 1, ENGINE_SKIP_OFF, 1, 1, 0, 0, schema, 1},
+    };
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        int32_t *tokens = NULL;
+        int n = engine_tokenize(a, prompts[runs[r].prompt], 1, &tokens);
+        pick_out o[2];
+        int before = picks_made, masks = 0;
+        for (int i = 0; i < 2 && n > 0; i++) {
+            memset(&o[i], 0, sizeof o[i]);
+            engine_gen_params gp = {.max_tokens = 12, .temperature = runs[r].temp, .top_p = runs[r].top_p,
+                                    .top_k = runs[r].top_k, .seed = 11 + r, .skip_mode = runs[r].mode,
+                                    .gate_margin = runs[r].gate, .format_schema = runs[r].schema, .cache_off = 1,
+                                    .lookup_off = 1};
+            engine_callbacks cb = {.on_text = pick_on_text, .on_token = pick_on_token, .ud = &o[i]};
+            engine_generate(i ? b : a, tokens, n, &gp, &cb, &o[i].res);
+            masks += o[i].res.n_masks;
+        }
+        int same = n > 0 && o[0].n_ids == o[1].n_ids && !memcmp(o[0].ids, o[1].ids, sizeof(int32_t) * o[0].n_ids) &&
+                   o[0].res.reason == o[1].res.reason && o[0].res.reason != ENGINE_STOP_ERROR;
+        int picked = picks_made - before;
+        CHECK(same && (picked > 0 || !runs[r].picks),
+              TAG ": pick in the engine, %s: the same %d tokens as from host logits (%d picked on the device; %d "
+              "drafted, %d layers skipped, gated at %d, %d grammar masks; \"%.30s\")",
+              runs[r].what, o[0].n_ids, picked, o[0].res.n_drafted, o[0].res.n_skipped, o[0].res.gated_at, masks,
+              o[0].text);
+        free(tokens);
+    }
+    engine_close(a);
+    engine_close(b);
+    real_pick = NULL;
+}
+
 static void check_rope(pair p, int neox, float mscale) {
     enum { N = 4, H = 4, HD = 16 };
     float x[N * H * HD], rg[N * H * HD], rc[N * H * HD], inv[HD / 2];
@@ -781,12 +1044,7 @@ static size_t gpu_mem_used(kb_backend *kb) {
 #endif
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
+static int argmax(const float *x, int n) { return sampler_argmax(x, n); }
 
 /* Logits of the prompt, then of DECODE single-token steps (fed the CPU's
  * greedy choice), under MASK (NULL: every layer). Fills *LAUNCHES with the
@@ -1286,6 +1544,7 @@ static void run_all(kb_backend *g, const char *models) {
         check_unsupported_types(g);
         check_elementwise(p);
         check_fault(p);
+        check_pick(p);
         check_rope(p, 0, 0);
         check_rope(p, 1, 0);
         check_rope(p, 1, 1.25f); /* YaRN: cos and sin scaled */
@@ -1326,6 +1585,7 @@ static void run_all(kb_backend *g, const char *models) {
         } else {
             SKIP(TAG ": stories260K (logits, greedy answers, masks, out of memory): %s absent and no $UNIT_MODEL", path);
         }
+        check_engine_pick("models/ilpd-demo-F16.gguf", "config/probes/ilpd-demo-F16.json");
     } else {
         const char *s = models;
         while (*s) {
@@ -1352,7 +1612,7 @@ static double now_s(void) {
 }
 
 /* One request on the GPU: N_PROMPT random tokens, then N_GEN greedy tokens
- * (end-of-text does not stop it), under MASK; prints one JSON line with the
+ * (end-of-text does not stop it; picked on the GPU unless ILPD_CUDA_PICK=0), under MASK; prints one JSON line with the
  * time to first token, the generation speed, the bytes a generated token
  * reads (computed layers' weights, the head, the KV cache at the mean
  * position) and that speed's roofline at READ_GBS. 0 or -1. */
@@ -1381,9 +1641,16 @@ static int bench_run(kb_backend *g, const model *m, const char *label, const uin
     double t1 = now_s();
     unsigned long long s0, c0, r0, s1, c1, r1;
     graph_stats(g, &s0, &c0, &r0);
-    for (int i = 0; i < n_gen; i++) {
-        model_decode(m, g, &st, &t, 1, n_prompt + i, NULL, 0, 1, logits);
-        t = argmax(logits, m->n_vocab);
+    const kb_pick_params greedy = {0, m->n_vocab, 1};
+    for (int i = 0; i < n_gen; i++) { /* as the engine decodes: the GPU picks the token when it can */
+        kb_pick pk;
+        if (model_can_pick(m, g)) {
+            model_decode_pick(m, g, &st, &t, 1, n_prompt + i, NULL, 0, 1, &greedy, NULL, &pk);
+            t = pk.id;
+        } else {
+            model_decode(m, g, &st, &t, 1, n_prompt + i, NULL, 0, 1, logits);
+            t = argmax(logits, m->n_vocab);
+        }
     }
     double t2 = now_s();
     graph_stats(g, &s1, &c1, &r1);

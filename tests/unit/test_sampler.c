@@ -86,6 +86,18 @@ int main(void) {
         varied |= a[i] != a[0];
     }
     CHECK(same, "the same seed gives the same tokens");
+    /* a draw made elsewhere (a backend's pick): peek gives the uniform the next draw uses, took uses it up */
+    float u0 = sampler_peek(&s1), u1 = sampler_peek(&s1);
+    sampler_took(&s1);
+    float want = sampler_uniform(&s2);
+    int after = 1;
+    for (int i = 0; i < 16; i++) after &= sampler_sample(&s1, logits) == sampler_sample(&s2, logits);
+    CHECK(u0 == u1 && u0 == want && after, "sampler_peek gives the next draw's uniform without using it, "
+          "sampler_took uses it up (%g, %g, %g)", u0, u1, want);
+    sampler_init(&s, 6, 0, 1, 0, 1);
+    float g0 = sampler_peek(&s);
+    sampler_took(&s);
+    CHECK(g0 == sampler_peek(&s), "greedy: sampler_took uses nothing up");
     CHECK(varied, "temperature 1 samples more than one token");
     sampler_free(&s1);
     sampler_free(&s2);

@@ -1651,6 +1651,11 @@ static int bench_run(kb_backend *g, const model *m, const char *label, const uin
             model_decode(m, g, &st, &t, 1, n_prompt + i, NULL, 0, 1, logits);
             t = argmax(logits, m->n_vocab);
         }
+        if (kb_error(g)) {
+            fprintf(stderr, "test_cuda --bench: %s\n", kb_error(g));
+            model_state_free(&st, g);
+            goto done;
+        }
     }
     double t2 = now_s();
     graph_stats(g, &s1, &c1, &r1);

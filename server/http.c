@@ -1,5 +1,5 @@
 /* http.c - routes, auth, limits and headers over libmicrohttpd (internal
- * polling thread with epoll; connections suspended while their job waits).
+ * polling thread with poll(); connections suspended while their job waits).
  * Response bodies come from server/render.h. */
 #include "server/http.h"
 
@@ -506,7 +506,12 @@ struct MHD_Daemon *http_start(http_state *st, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot start the request-deadline thread");
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* poll(), not epoll (MHD_USE_AUTO's choice here): MHD_quiesce_daemon
+     * (graceful shutdown) races with an epoll daemon's own thread over
+     * removing the listening socket, and MHD aborts the process when it
+     * loses (MHD_PANIC "Failed to remove listen FD from epoll set"; a
+     * SIGTERM exited with SIGABRT once in make test) */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, handler, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
                                             NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,

@@ -119,8 +119,9 @@ int server_main(int argc, char **argv) {
     log_msg(LOG_INFO, "shutdown", "%s: no new connections; finishing in-flight work (up to %d s)", strsignal(sig),
             c.shutdown_grace_s);
     atomic_store(&st.draining, 1);
+    /* ours to close, but only after MHD_stop_daemon: MHD's polling thread
+     * may still use it until then (MHD's documentation) */
     MHD_socket lfd = MHD_quiesce_daemon(d);
-    if (lfd != MHD_INVALID_SOCKET) close(lfd);
     if (!drain(st.worker, c.shutdown_grace_s)) {
         log_msg(LOG_WARN, "shutdown", "grace period over: cancelling the remaining requests");
         worker_cancel_all(st.worker);
@@ -129,6 +130,7 @@ int server_main(int argc, char **argv) {
     worker_stop(st.worker);
     usleep(100000); /* let the last responses leave */
     http_stop(d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
     engine_close(e);
     cfg_free(&c);
     log_msg(LOG_INFO, "shutdown", "done");

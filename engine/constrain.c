@@ -277,8 +277,11 @@ static int32_t masked_draw(constrain *c, sampler *s, const float *logits) {
 int32_t constrain_sample(constrain *c, sampler *s, const float *logits) {
     if (!c || !c->st) return sampler_sample(s, logits);
     double t0 = now_ms();
-    int32_t tok = ended(c) ? tok_eos(c->tv) : sampler_sample(s, logits);
-    if (!ended(c) && !allowed(c, tok)) tok = masked_draw(c, s, logits);
+    int32_t tok = tok_eos(c->tv);
+    if (!ended(c)) {
+        tok = sampler_sample(s, logits);
+        if (!allowed(c, tok)) tok = masked_draw(c, s, logits);
+    }
     c->ms += now_ms() - t0;
     return tok;
 }

@@ -1235,15 +1235,22 @@ restart: /* without the cache, when its entry lacks a layer this request compute
     rc = prefill_layers(e, &st, rows, p, probing ? k : 0, m->n_layers, gp, cb);
     if (rc > 0) goto cancel;
     if (rc < 0) goto backend_error;
-    model_logits(m, e->kb, &st, rows - 1, 1, g.logits);
+    kb_pick pk;
+    if (g.dev_pick) {
+        float u = sampler_peek(&sm);
+        model_logits_pick(m, e->kb, &st, rows - 1, &g.pp, &u, &pk);
+    } else {
+        model_logits(m, e->kb, &st, rows - 1, 1, g.logits);
+    }
     if (kb_error(e->kb)) goto backend_error;
     g.pos = n_prompt;
-    rc = gate(&g, NULL, NULL);
+    rc = gate(&g, NULL, g.dev_pick ? &pk : NULL);
     if (rc == -2) goto oom;
     if (rc < 0) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
-    int32_t tok = constrain_sample(con, &sm, g.logits);
+    int32_t tok = g.dev_pick && !rc ? take_pick(&g, &pk) : constrain_sample(con, &sm, g.logits);
+    if (kb_error(e->kb)) goto backend_error;
     if (tok < 0) goto oom;
     emit_status es = cancelled(gp) ? EMIT_CANCEL : emit_token(&g, tok, g.pos, 0);
     while (es == EMIT_MORE) {

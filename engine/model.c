@@ -779,6 +779,12 @@ void model_decode_pick(const model *m, kb_backend *kb, model_state *s, const int
     else kb_fail(kb, "pick: %d rows of logits at once (at most %d)", nl, s->logit_rows);
 }
 
+void model_logits_pick(const model *m, kb_backend *kb, model_state *s, int r0, const kb_pick_params *pp,
+                       const float *u, kb_pick *out) {
+    logits_rows(m, kb, s, r0, 1);
+    kb->pick(kb, out, s->logits, 1, m->n_vocab, pp, u);
+}
+
 void model_logits_fetch(const model *m, kb_backend *kb, model_state *s, int r, float *host_out) {
     logits_copy(m, kb, s, r, 1, host_out);
 }

@@ -124,7 +124,11 @@ int model_can_pick(const model *m, const kb_backend *kb);
  * s->logit_rows (else a recorded failure). */
 void model_decode_pick(const model *m, kb_backend *kb, model_state *s, const int32_t *tokens, int n, int pos0,
                        const uint8_t *draft, int r0, int nl, const kb_pick_params *pp, const float *u, kb_pick *out);
-/* Row R of the logits the last model_decode_pick left, to HOST_OUT
+/* model_logits of row R0 alone, but the backend picks its next token
+ * (as model_decode_pick does) and the logits stay there. */
+void model_logits_pick(const model *m, kb_backend *kb, model_state *s, int r0, const kb_pick_params *pp,
+                       const float *u, kb_pick *out);
+/* Row R of the logits the last model_decode_pick (model_logits_pick) left, to HOST_OUT
  * (n_vocab floats, soft-capped as model_logits's). */
 void model_logits_fetch(const model *m, kb_backend *kb, model_state *s, int r, float *host_out);
 

@@ -855,11 +855,13 @@ static int gate(gen *g, const int32_t *extra, const kb_pick *pk) {
     return kb_error(kb) ? -1 : 1;
 }
 
-/* The token after a step whose next token the backend picked (PK), under
- * the output grammar: the logits come to the host only when the backend
- * left the row to it or the grammar refuses its pick. Returns the id, or
- * -1 (out of memory, or the backend failed: kb_error says so). */
+/* The token after a step, under the output grammar: from PK, the
+ * backend's pick, when not NULL (the logits come to the host only when the
+ * backend left the row to it or the grammar refuses its pick), else from
+ * g->logits. Returns the id, or -1 (out of memory, or the backend failed:
+ * kb_error says so). */
 static int32_t take_pick(gen *g, const kb_pick *pk) {
+    if (!pk) return constrain_sample(g->con, g->sm, g->logits);
     int32_t tok = pk->id >= 0 ? constrain_picked(g->con, g->sm, pk->id) : CONSTRAIN_REDRAW;
     if (tok != CONSTRAIN_REDRAW) return tok;
     model_logits_fetch(&g->e->model, g->e->kb, g->st, 0, g->logits);
@@ -882,19 +884,19 @@ static int pick_plain(gen *g, int32_t tok, int32_t *out, int *n_out) {
     batch[0] = tok;
     g->res->n_forced += n_forced;
     arm_kernel_fault(g->e, g->res->n_generated);
-    kb_pick pk;
-    if (g->dev_pick) {
+    kb_pick pk, *picked = g->dev_pick ? &pk : NULL;
+    if (picked) {
         float u = sampler_peek(g->sm);
-        model_decode_pick(m, kb, g->st, batch, 1 + n_forced, g->pos, NULL, n_forced, 1, &g->pp, &u, &pk);
+        model_decode_pick(m, kb, g->st, batch, 1 + n_forced, g->pos, NULL, n_forced, 1, &g->pp, &u, picked);
     } else {
         model_decode(m, kb, g->st, batch, 1 + n_forced, g->pos, NULL, n_forced, 1, g->logits);
     }
     if (kb_error(kb)) return -1;
     g->pos += 1 + n_forced;
-    int rc = gate(g, batch + 1, g->dev_pick ? &pk : NULL);
+    int rc = gate(g, batch + 1, picked);
     if (rc < 0) return rc;
     memcpy(out, batch + 1, (size_t)n_forced * sizeof *out);
-    int32_t next = g->dev_pick && !rc ? take_pick(g, &pk) : constrain_sample(g->con, g->sm, g->logits);
+    int32_t next = take_pick(g, rc ? NULL : picked); /* gated: g->logits holds full depth's */
     if (kb_error(kb)) return -1;
     out[n_forced] = next;
     *n_out = n_forced + 1;
@@ -1235,21 +1237,21 @@ restart: /* without the cache, when its entry lacks a layer this request compute
     rc = prefill_layers(e, &st, rows, p, probing ? k : 0, m->n_layers, gp, cb);
     if (rc > 0) goto cancel;
     if (rc < 0) goto backend_error;
-    kb_pick pk;
-    if (g.dev_pick) {
+    kb_pick pk, *picked = g.dev_pick ? &pk : NULL;
+    if (picked) {
         float u = sampler_peek(&sm);
-        model_logits_pick(m, e->kb, &st, rows - 1, &g.pp, &u, &pk);
+        model_logits_pick(m, e->kb, &st, rows - 1, &g.pp, &u, picked);
     } else {
         model_logits(m, e->kb, &st, rows - 1, 1, g.logits);
     }
     if (kb_error(e->kb)) goto backend_error;
     g.pos = n_prompt;
-    rc = gate(&g, NULL, g.dev_pick ? &pk : NULL);
+    rc = gate(&g, NULL, picked);
     if (rc == -2) goto oom;
     if (rc < 0) goto backend_error;
     res->prefill_ms = now_ms() - t0;
 
-    int32_t tok = g.dev_pick && !rc ? take_pick(&g, &pk) : constrain_sample(con, &sm, g.logits);
+    int32_t tok = take_pick(&g, rc ? NULL : picked);
     if (kb_error(e->kb)) goto backend_error;
     if (tok < 0) goto oom;
     emit_status es = cancelled(gp) ? EMIT_CANCEL : emit_token(&g, tok, g.pos, 0);

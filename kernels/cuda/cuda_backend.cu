@@ -1112,11 +1112,10 @@ KGLOBAL void k_pick(const float *__restrict__ logits, int width, pick_draw d, kb
     sync_block();
     pick_sort(c_l, c_i, n);
     /* the weight top-p measures against: the top k's, or the whole row's */
-    double all = 0;
-    if (k == width)
-        for (int i = t; i < width; i += PICK_THREADS) all += expf((l[i] - mx) / temp);
     double whole = 0;
     if (k == width) {
+        double all = 0;
+        for (int i = t; i < width; i += PICK_THREADS) all += expf((l[i] - mx) / temp);
         pick_scan(s_sum, all);
         whole = s_sum[PICK_THREADS - 1];
         sync_block(); /* read by all before the next scan writes */
